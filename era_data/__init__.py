@@ -1,0 +1,1 @@
+"""Shipped data: machine profiles, network presets and published measurements (TOML)."""

@@ -1,0 +1,69 @@
+"""The ``memwall`` command: one subcommand per module of this package.
+
+Each module here defines ``register(subparsers)``, which adds its subcommand and sets
+``func`` on its parser. Bad input (:class:`memwall.errors.InputError`) is printed as one
+line naming the file, line or field, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import InputError
+
+
+def _version_text() -> str:
+    try:
+        from .. import _csim
+
+        engine = f"engine memwall._csim ({_csim.ENGINE_NAME})"
+    except ImportError as err:  # reported, never silently replaced
+        engine = f"engine missing: {err}"
+    from ..data import data_version
+
+    return f"memwall {__version__}; {engine}; era_data {data_version()}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memwall",
+        description=(
+            "Replay backprop's memory traffic through real machines' memory hierarchies "
+            "and count the cycles stalled on memory."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=_version_text())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except InputError as err:
+        print(f"memwall {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print(f"memwall {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Where the shipped era_data lives: machine, network and measurement files.
+
+The top-level ``era_data/`` folder is installed as the package ``memwall.era_data``,
+so ``pip install .`` then ``memwall ...`` finds it from any folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+
+def era_data_dir() -> Path:
+    return Path(str(resources.files("memwall.era_data")))
+
+
+def data_files(kind: str) -> list[Path]:
+    """The shipped ``*.toml`` files of one kind: 'machines', 'networks' or 'measurements'."""
+    folder = era_data_dir() / kind
+    return sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+
+
+def data_version() -> str:
+    """A short hash of every shipped data file, so results name the data they used."""
+    digest = hashlib.sha256()
+    for kind in ("machines", "networks", "measurements"):
+        for path in data_files(kind):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]

@@ -1,0 +1,1 @@
+"""Experiments: sweeps over machines, networks and batches, and their figures."""

@@ -1,0 +1,169 @@
+"""Compact access streams: affine loop nests that the engine expands inside C.
+
+Owns: :class:`Access` and :class:`LoopNest` (the description), their checks, their
+analytic counts, and :meth:`LoopNest.expand` (the explicit accesses they stand for,
+in NumPy, for tests and for ``memwall trace``).
+
+The order of a nest is the order a program would issue it::
+
+    depth-0 'before' accesses
+    for i0 in range(counts[0]):
+        depth-1 'before' accesses
+        for i1 in range(counts[1]):
+            ...                       # the innermost loop body: depth-L accesses
+        depth-1 'after' accesses
+    depth-0 'after' accesses
+
+An access at depth ``d`` runs inside the ``d`` outermost loops; its address is
+``base + sum(i_l * strides[l] for l < d)``; it touches ``size`` bytes. Accesses at the
+same depth and place run in the order given. (Example: a GEMM ``for i, for j: load
+C[i,j]; for k: load A[i,k], load B[k,j]; store C[i,j]`` is a nest of counts (M, N, K)
+with C's load 'before' at depth 2, A and B at depth 3, and C's store 'after' at depth 2.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+
+ADDRESS_LIMIT = 1 << 64
+MAX_LOOPS = 16
+
+
+@dataclass(frozen=True)
+class Access:
+    """One reference in a loop nest's body."""
+
+    base: int  # byte address at all loop indices zero
+    strides: tuple[int, ...]  # bytes per iteration of each enclosing loop, outermost first
+    size: int  # bytes touched
+    is_write: bool = False
+    after: bool = False  # issued after the inner loops of its depth instead of before
+    tensor: str = ""  # which tensor it belongs to (for per-tensor accounting)
+
+    @property
+    def depth(self) -> int:
+        return len(self.strides)
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """Loop counts (outermost first) and the accesses of the body, in program order."""
+
+    counts: tuple[int, ...]
+    accesses: tuple[Access, ...]
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", tuple(int(c) for c in self.counts))
+        object.__setattr__(self, "accesses", tuple(self.accesses))
+        if len(self.counts) > MAX_LOOPS:
+            raise InputError(f"a loop nest has at most {MAX_LOOPS} loops, got {len(self.counts)}")
+        if any(c < 0 for c in self.counts):
+            raise InputError(f"loop counts must be non-negative, got {self.counts}")
+        for a in self.accesses:
+            if a.depth > len(self.counts):
+                raise InputError(
+                    f"access at depth {a.depth} in a nest of {len(self.counts)} loops ({self.label or 'unnamed'})"
+                )
+            if a.size <= 0 or a.size >= 1 << 32:
+                raise InputError(f"access size must be in 1 .. 2^32-1 bytes, got {a.size}")
+            if a.base < 0:
+                raise InputError(f"access base must be non-negative, got {a.base}")
+            low, high = self._extent(a)
+            if low < 0 or high + a.size > ADDRESS_LIMIT:
+                raise InputError(
+                    f"access {a.tensor or ''} at base {a.base:#x} leaves the 64-bit address space "
+                    f"(addresses {low:#x} .. {high + a.size:#x})"
+                )
+
+    def _extent(self, a: Access) -> tuple[int, int]:
+        low = high = a.base
+        for count, stride in zip(self.counts, a.strides, strict=False):
+            if count == 0:
+                return a.base, a.base  # never issued
+            span = (count - 1) * stride
+            low += min(0, span)
+            high += max(0, span)
+        return low, high
+
+    def times(self, access: Access) -> int:
+        """How many times one access is issued."""
+        n = 1
+        for c in self.counts[: access.depth]:
+            n *= c
+        return n
+
+    @property
+    def n_accesses(self) -> int:
+        return sum(self.times(a) for a in self.accesses)
+
+    def bytes_by_tensor(self) -> dict[str, int]:
+        """Bytes referenced per tensor (accesses x size), analytically."""
+        out: dict[str, int] = {}
+        for a in self.accesses:
+            out[a.tensor] = out.get(a.tensor, 0) + self.times(a) * a.size
+        return out
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The nest as the engine's flat arrays (strides padded with zeros)."""
+        n_loops = len(self.counts)
+        n = len(self.accesses)
+        strides = np.zeros((n, max(n_loops, 1)), dtype=np.int64)
+        for i, a in enumerate(self.accesses):
+            strides[i, : a.depth] = a.strides
+        return {
+            "counts": np.asarray(self.counts, dtype=np.int64).reshape(n_loops),
+            "base": np.asarray([a.base for a in self.accesses], dtype=np.uint64).reshape(n),
+            "strides": strides,
+            "size": np.asarray([a.size for a in self.accesses], dtype=np.uint32).reshape(n),
+            "is_write": np.asarray([a.is_write for a in self.accesses], dtype=np.uint8).reshape(n),
+            "depth": np.asarray([a.depth for a in self.accesses], dtype=np.uint8).reshape(n),
+            "after": np.asarray([a.after for a in self.accesses], dtype=np.uint8).reshape(n),
+        }
+
+    def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The explicit accesses, in order: ``(addr uint64, size uint32, is_write uint8)``."""
+        ids, offsets = self._body(0)
+        before = [i for i, a in enumerate(self.accesses) if a.depth == 0 and not a.after]
+        after = [i for i, a in enumerate(self.accesses) if a.depth == 0 and a.after]
+        ids = np.concatenate([np.asarray(before, dtype=np.int64), ids, np.asarray(after, dtype=np.int64)])
+        offsets = np.concatenate([np.zeros(len(before), np.int64), offsets, np.zeros(len(after), np.int64)])
+        bases = np.asarray([a.base for a in self.accesses], dtype=np.uint64)
+        sizes = np.asarray([a.size for a in self.accesses], dtype=np.uint32)
+        writes = np.asarray([a.is_write for a in self.accesses], dtype=np.uint8)
+        if len(ids) == 0:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint32), np.zeros(0, np.uint8)
+        addr = bases[ids] + offsets.astype(np.uint64)  # two's complement: exact while in range
+        return addr, sizes[ids], writes[ids]
+
+    def _body(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Access ids and address offsets of all iterations of loop ``d``."""
+        if d >= len(self.counts):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        before = [i for i, a in enumerate(self.accesses) if a.depth == d + 1 and not a.after]
+        after = [i for i, a in enumerate(self.accesses) if a.depth == d + 1 and a.after]
+        inner_ids, inner_off = self._body(d + 1)
+        body_ids = np.concatenate(
+            [np.asarray(before, np.int64), inner_ids, np.asarray(after, np.int64)]
+        )
+        body_off = np.concatenate(
+            [np.zeros(len(before), np.int64), inner_off, np.zeros(len(after), np.int64)]
+        )
+        count = self.counts[d]
+        stride_d = np.asarray(
+            [a.strides[d] if a.depth > d else 0 for a in self.accesses] or [0], dtype=np.int64
+        )
+        ids = np.tile(body_ids, count)
+        iteration = np.repeat(np.arange(count, dtype=np.int64), len(body_ids))
+        offsets = np.tile(body_off, count) + iteration * stride_d[ids] if len(ids) else ids
+        return ids, offsets
+
+
+def nest(counts: Sequence[int], *accesses: Access, label: str = "") -> LoopNest:
+    """Shorthand: ``nest((M, N), Access(...), ...)``."""
+    return LoopNest(tuple(counts), tuple(accesses), label)

@@ -1,0 +1,1 @@
+"""Training steps: networks and configurations lowered to kernels and access streams."""
