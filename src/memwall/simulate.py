@@ -11,6 +11,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .engine import Hierarchy
+from .errors import InputError
+from .networks import load_network
+from .profiles import Machine, load_machine
+from .timing import KernelTiming, StepTiming, arithmetic_rate, time_kernel, traffic_from_counters
+from .workloads.config import TrainingConfig
+from .workloads.lowering import Lowered, lower
+from .workloads.step import Step, build_step, gemm_step
+
 
 @dataclass(frozen=True)
 class Case:
@@ -29,3 +38,197 @@ class Case:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
+    """Reads, writes, bytes and innermost iterations the core issues, from the streams alone."""
+    reads = writes = nbytes = inner = 0
+    for nest in lowered.nests:
+        for access in nest.accesses:
+            times = nest.times(access)
+            nbytes += times * access.size
+            if access.is_write:
+                writes += times
+            else:
+                reads += times
+        iterations = 1
+        for count in nest.counts:
+            iterations *= count
+        inner += iterations if nest.counts else 0
+    return reads, writes, nbytes, inner
+
+
+def build_case_step(case: Case) -> Step:
+    """The step a case runs: a single product, or a network's training or inference step."""
+    if (case.gemm is None) == (case.network is None):
+        raise InputError("a case names exactly one of a network and a GEMM", field="network")
+    if case.batch < 1:
+        raise InputError(f"batch must be a positive integer, got {case.batch}", field="batch")
+    if case.gemm is not None:
+        m, n, k = case.gemm
+        return gemm_step(m, n, k, case.dtype or "fp32")
+    network = load_network(case.network)
+    config = TrainingConfig(
+        batch=case.batch,
+        updates=case.updates,
+        optimizer=case.optimizer,
+        dtype=case.dtype or network.dtype,
+        checkpoint=case.checkpoint,
+        seq_len=case.seq_len,
+        phase=case.phase,
+    )
+    return build_step(network, config)
+
+
+def simulate_step(machine: Machine, step: Step) -> StepTiming:
+    """Replay every kernel of a step through the machine's caches and time it.
+
+    When the step's live data fits twice over in the caches, the kernel list is replayed
+    once to warm them and counted on the second pass: a training run repeats its steps,
+    so the steady state is what a measured step shows.
+    """
+    levels = machine.cache_levels
+    hierarchy = Hierarchy(levels)
+    line = levels[0].line if levels else 64
+    lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
+    cache_bytes = sum(level.size for level in levels)
+    passes = 2 if levels and step.ledger.peak <= 2 * cache_bytes else 1
+    timings: list[KernelTiming] = []
+    for last in [p == passes - 1 for p in range(passes)]:
+        for kernel, low in zip(step.kernels, lowered, strict=True):
+            before = hierarchy.counters()
+            for nest in low.nests:
+                hierarchy.replay_nest(nest)
+            if not last:
+                continue
+            reads, writes, nbytes, inner = _demand(low)
+            traffic = traffic_from_counters(
+                machine,
+                hierarchy.counters() - before,
+                demand_reads=reads,
+                demand_writes=writes,
+                demand_bytes=nbytes,
+                inner_iterations=inner,
+                vector_instructions=low.vector_instructions,
+            )
+            timings.append(
+                time_kernel(
+                    machine,
+                    name=kernel.name,
+                    phase=kernel.phase,
+                    op=kernel.op,
+                    dtype=kernel.dtype,
+                    flops=kernel.flops,
+                    ops=dict(kernel.ops),
+                    traffic=traffic,
+                    repeat=kernel.repeat,
+                )
+            )
+    dtype = step.config.dtype if step.config is not None else step.kernels[0].dtype
+    return StepTiming(
+        machine=machine,
+        kernels=timings,
+        iterations=step.iterations,
+        examples=step.examples,
+        connections=step.connections,
+        phase=step.config.phase if step.config is not None else "forward",
+        peak=arithmetic_rate(machine, dtype, "gemm"),
+    )
+
+
+def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: float) -> dict:
+    total = compute + overhead + sum(stall.values())
+    return {
+        "total": total * clock,
+        "compute": compute * clock,
+        "overhead": overhead * clock,
+        "stall": {k: v * clock for k, v in stall.items()},
+    }
+
+
+def _verdict(seconds: float, compute: float, bound: str) -> str:
+    if bound == "compute":
+        return "compute-bound"
+    return f"bound by {bound}: {seconds / compute:.3g}x the arithmetic time" if compute > 0 else f"bound by {bound}"
+
+
+def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
+    """The JSON of ``memwall inspect`` (and the raw material of a sweep row)."""
+    machine = timing.machine
+    clock = machine.clock_hz
+    seconds = timing.seconds
+    stall_total = sum(timing.stall.values())
+    achieved = timing.flops / seconds if seconds > 0 else 0.0
+    per_example_work = timing.connections * timing.examples
+    kernels = []
+    for k in timing.kernels:
+        ks = k.seconds * timing.iterations
+        kernels.append(
+            {
+                "name": k.name,
+                "phase": k.phase,
+                "op": k.op,
+                "repeat": k.repeat,
+                "flops": k.flops * timing.iterations,
+                "seconds": ks,
+                "stall_fraction": (sum(k.stall.values()) / k.seconds) if k.seconds > 0 else 0.0,
+                "fraction_of_peak": (k.flops / k.seconds / timing.peak) if k.seconds > 0 else 0.0,
+                "achieved_flops": k.flops / k.seconds if k.seconds > 0 else 0.0,
+                "bound": k.bound,
+                "cycles": _breakdown(
+                    k.compute * timing.iterations,
+                    k.overhead * timing.iterations,
+                    {n: v * timing.iterations for n, v in k.stall.items()},
+                    clock,
+                ),
+                "bytes": {n: v * timing.iterations for n, v in k.bytes.items()},
+            }
+        )
+    capacity = machine.memory.capacity
+    ledger = step.ledger.as_dict()
+    fits = ledger["peak"] <= capacity
+    return {
+        "machine": machine.id,
+        "machine_name": machine.name,
+        "year": machine.year,
+        "kind": machine.kind,
+        "balance": machine.balance(),
+        "network": case.network if case.gemm is None else None,
+        "gemm": list(case.gemm) if case.gemm else None,
+        "batch": case.batch,
+        "checkpoint": case.checkpoint,
+        "updates": case.updates,
+        "phase": case.phase,
+        "dtype": step.kernels[0].dtype if step.kernels else case.dtype,
+        "flops": timing.flops,
+        "seconds": seconds,
+        "stall_fraction": stall_total / seconds if seconds > 0 else 0.0,
+        "fraction_of_peak": achieved / timing.peak if timing.peak else 0.0,
+        "achieved_flops": achieved,
+        "peak_flops": timing.peak,
+        "cups": per_example_work / seconds if seconds > 0 and case.phase == "train" else 0.0,
+        "cps": per_example_work / seconds if seconds > 0 and case.phase == "forward" else 0.0,
+        "bound": timing.bound,
+        "verdict": _verdict(seconds, timing.compute, timing.bound),
+        "cycles": _breakdown(timing.compute, timing.overhead, timing.stall, clock),
+        "bytes": timing.bytes,
+        "ledger": ledger,
+        "capacity": {"memory": capacity, "fits": fits},
+        "warnings": []
+        if fits
+        else [
+            f"the step needs {ledger['peak']} bytes at its peak but {machine.id} has "
+            f"{capacity} bytes of main memory; simulated as if it fitted"
+        ],
+        "kernels": kernels,
+    }
+
+
+def run_case(case: Case, *, machine: Machine | None = None) -> dict:
+    """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
+    (for synthetic machines such as a bandwidth sweep)."""
+    if machine is None:
+        machine = load_machine(case.machine)
+    step = build_case_step(case)
+    timing = simulate_step(machine, step)
+    return result_dict(case, step, timing)

@@ -1,0 +1,129 @@
+"""``memwall inspect``: one machine x one workload, the per-kernel, per-level stall breakdown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import InputError
+from ..units import format_bytes, format_flop_rate, format_time
+
+
+def parse_gemm(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise InputError(f"--gemm takes M,N,K as three positive integers, got {text!r}", field="--gemm")
+    return dims  # type: ignore[return-value]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="one machine x one network (or GEMM): where the step's time goes",
+        description=(
+            "Simulate one training (or inference) step of a network, or one matrix product, on "
+            "one machine profile, and print per kernel and per memory level the cycles spent "
+            "computing and stalled, with a one-line verdict."
+        ),
+    )
+    p.add_argument("--machine", required=True, help="machine profile id (memwall machines list) or file")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--network", help="network preset id (memwall networks list)")
+    what.add_argument("--gemm", type=parse_gemm, metavar="M,N,K", help="a single product C[MxN] = A[MxK] B[KxN]")
+    p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models); default 1")
+    p.add_argument("--checkpoint", default="none", help="none | sqrt | every:K | selective (default none)")
+    p.add_argument("--updates", default="minibatch", choices=("per-example", "minibatch"),
+                   help="per-example: 1986-style online SGD, one update per example (default minibatch)")
+    p.add_argument("--phase", default="train", choices=("train", "forward"), help="train (default) or forward (inference)")
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "momentum", "adam"))
+    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the network's own; fp32 for --gemm)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.batch < 1:
+        raise InputError(f"batch must be a positive integer, got {args.batch}", field="--batch")
+    from ..simulate import Case, run_case  # imported here: the simulation pulls in every stage
+
+    case = Case(
+        machine=args.machine,
+        network=args.network,
+        batch=args.batch,
+        checkpoint=args.checkpoint,
+        updates=args.updates,
+        phase=args.phase,
+        optimizer=args.optimizer,
+        dtype=args.dtype,
+        seq_len=args.seq_len,
+        gemm=args.gemm,
+    )
+    result = run_case(case)
+    for warning in result["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+    else:
+        print(render(result))
+    return 0
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:5.1f}%" if whole > 0 else "   - "
+
+
+def render(result: dict) -> str:
+    """A table a person reads at a glance: kernels down, compute and stall by level across."""
+    levels = list(result["cycles"]["stall"])
+    workload = result["network"] or "gemm " + "x".join(map(str, result["gemm"]))
+    lines = [
+        f"{result['machine_name']} ({result['machine']}, {result['year']}, {result['kind']}, "
+        f"balance {result['balance']:.3g} FLOP/B)",
+        f"{workload}: batch {result['batch']}, {result['phase']}, updates {result['updates']}, "
+        f"checkpoint {result['checkpoint']}, {result['dtype']}",
+        "",
+    ]
+    header = f"{'kernel':<28} {'x':>5} {'time':>10} {'compute':>7} {'ovh':>6} " + " ".join(
+        f"{lv[:9]:>9}" for lv in levels
+    ) + "  bound"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for k in result["kernels"]:
+        c = k["cycles"]
+        lines.append(
+            f"{k['name'][:28]:<28} {k['repeat']:>5} {format_time(k['seconds']):>10} "
+            f"{_pct(c['compute'], c['total']):>7} {_pct(c['overhead'], c['total']):>6} "
+            + " ".join(f"{_pct(c['stall'].get(lv, 0.0), c['total']):>9}" for lv in levels)
+            + f"  {k['bound']}"
+        )
+    c = result["cycles"]
+    lines.append("-" * len(header))
+    lines.append(
+        f"{'step':<28} {'':>5} {format_time(result['seconds']):>10} {_pct(c['compute'], c['total']):>7} "
+        f"{_pct(c['overhead'], c['total']):>6} "
+        + " ".join(f"{_pct(c['stall'].get(lv, 0.0), c['total']):>9}" for lv in levels)
+    )
+    lines.append("")
+    lines.append("bytes moved: " + ", ".join(f"{lv} {format_bytes(b)}" for lv, b in result["bytes"].items()))
+    lines.append(
+        f"{format_flop_rate(result['achieved_flops'])} achieved, {100 * result['fraction_of_peak']:.1f}% of "
+        f"{format_flop_rate(result['peak_flops'])}; stall {100 * result['stall_fraction']:.1f}% of cycles"
+        + (f"; {result['cups']:.4g} CUPS" if result["cups"] else "")
+        + (f"; {result['cps']:.4g} connections/s" if result["cps"] else "")
+    )
+    ledger = result["ledger"]
+    lines.append(
+        "capacity: peak "
+        + format_bytes(ledger["peak"])
+        + f" of {format_bytes(result['capacity']['memory'])}"
+        + ("" if result["capacity"]["fits"] else "  (DOES NOT FIT)")
+    )
+    lines.append(f"verdict: {result['verdict']}")
+    return "\n".join(lines)

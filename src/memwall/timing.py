@@ -1,0 +1,348 @@
+"""Timing models: from reference counts to cycles of arithmetic and cycles stalled.
+
+Owns: :class:`KernelTraffic` (what one kernel did to each memory level, derived from
+the engine's counters and the kernel's streams), :class:`KernelTiming` and
+:class:`StepTiming` (cycles: compute, overhead, stall by level), and the four models
+``in_order``, ``vector``, ``overlapped`` and ``throughput``. The equations are written
+out in ``docs/timing.md`` exactly as :func:`time_kernel` computes them; keep the two
+in step.
+
+Everything here is in seconds internally; cycles are seconds x the machine's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .engine import HierarchyCounters
+from .errors import InputError
+from .profiles import Machine
+
+MEMORY = "memory"  # the name main memory goes by in every breakdown
+MATRIX_OPS = ("gemm", "gemv", "attention")
+DTYPE_FALLBACK = {
+    "fp8": ("fp8", "bf16", "fp16", "fp32"),
+    "bf16": ("bf16", "fp16", "fp32"),
+    "fp16": ("fp16", "bf16", "fp32"),
+    "tf32": ("tf32", "fp32"),
+    "fp32": ("fp32", "fp64"),
+    "fp64": ("fp64", "fp32"),
+}
+
+
+@dataclass(frozen=True)
+class LevelTraffic:
+    """What one memory level served to the level above it, for one kernel run."""
+
+    name: str
+    bytes: int  # bytes moved between this level and the one above (both directions)
+    fetches: int  # demand line fetches this level served (hits here that came from above)
+    bandwidth: float | None  # bytes per second into the level above; None: no limit stated
+    latency: float | None  # seconds per fetch served here
+
+
+@dataclass(frozen=True)
+class KernelTraffic:
+    """One kernel run's references: demand side from its streams, the rest from the engine."""
+
+    demand_reads: int  # accesses issued by the core
+    demand_writes: int
+    demand_bytes: int
+    inner_iterations: int  # iterations of innermost loops (loop-overhead issue cost)
+    vector_instructions: int  # strips issued (vector machines' start-up cost)
+    levels: tuple[LevelTraffic, ...]  # cache levels first first, then main memory (named MEMORY)
+
+
+def traffic_from_counters(
+    machine: Machine,
+    counters: HierarchyCounters,
+    *,
+    demand_reads: int,
+    demand_writes: int,
+    demand_bytes: int,
+    inner_iterations: int = 0,
+    vector_instructions: int = 0,
+) -> KernelTraffic:
+    """Turn engine counters (for one kernel run) into per-level traffic."""
+    levels: list[LevelTraffic] = []
+    specs = machine.cache_levels
+    above_bytes = demand_bytes
+    for spec, c in zip(specs, counters.levels, strict=True):
+        if not levels:
+            # The first level serves every demand access; its hits are the fetches it served.
+            fetches = (c.reads + c.writes) - (c.read_misses + c.write_misses)
+        else:
+            # Below the first level, reads are fetches from above; writes are write-backs.
+            fetches = c.reads - c.read_misses
+        levels.append(LevelTraffic(spec.name, above_bytes, fetches, spec.bandwidth, spec.latency))
+        above_bytes = c.bytes_in + c.bytes_out
+    mem = counters.memory
+    levels.append(
+        LevelTraffic(
+            MEMORY,
+            mem.bytes_read + mem.bytes_written if specs else demand_bytes,
+            mem.reads,
+            machine.memory.bandwidth,
+            machine.memory.latency,
+        )
+    )
+    return KernelTraffic(
+        demand_reads, demand_writes, demand_bytes, inner_iterations, vector_instructions, tuple(levels)
+    )
+
+
+@dataclass
+class KernelTiming:
+    """Seconds of one kernel (all its repeats), split into compute, overhead and stall by level."""
+
+    name: str
+    phase: str
+    op: str
+    flops: int  # all repeats
+    repeat: int
+    compute: float  # seconds
+    overhead: float  # seconds: launch, vector start-up
+    stall: dict[str, float]  # seconds by level name (MEMORY for main memory)
+    bytes: dict[str, int]  # bytes by level name, all repeats
+    terms: dict[str, float] = field(default_factory=dict)  # each level's own term, one run (seconds)
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.overhead + sum(self.stall.values())
+
+    @property
+    def bound(self) -> str:
+        """'compute', or the level that stalls most."""
+        if not self.stall or max(self.stall.values()) <= 0:
+            return "compute"
+        return max(self.stall, key=lambda k: self.stall[k])
+
+
+def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
+    """FLOP/s for an operation: matrix products run at the dtype's peak; the rest at fp32
+    (vector units) where the machine states it, since tensor cores and MXUs do only products."""
+    if op not in MATRIX_OPS and machine.kind in ("gpu", "tpu", "wafer"):
+        order: Sequence[str] = ("fp32", dtype, machine.primary_dtype)
+    else:
+        order = (*DTYPE_FALLBACK.get(dtype, (dtype,)), machine.primary_dtype)
+    for d in order:
+        rate = machine.peak_flops.get(d)
+        if rate:
+            return rate
+    raise InputError(f"machine '{machine.id}' states no arithmetic rate for {dtype}")
+
+
+def _param(machine: Machine, name: str, default: float | str | bool | None = None) -> float | str | bool:
+    value = machine.timing.params.get(name, default)
+    if value is None:
+        raise InputError(
+            f"timing model '{machine.timing.model}' needs parameter '{name}'",
+            file=str(getattr(machine, "path", "") or machine.id),
+            field=f"timing.{name}",
+        )
+    return value
+
+
+def _attribute(excess: float, terms: dict[str, float], floor: float) -> dict[str, float]:
+    """Split ``excess`` stall seconds over the levels whose terms exceed ``floor``, in
+    proportion to how far each exceeds it."""
+    over = {k: t - floor for k, t in terms.items() if t > floor}
+    total = sum(over.values())
+    if excess <= 0 or total <= 0:
+        return {k: 0.0 for k in terms}
+    return {k: excess * over.get(k, 0.0) / total for k in terms}
+
+
+def _transfer(level: LevelTraffic) -> float:
+    return level.bytes / level.bandwidth if level.bandwidth else 0.0
+
+
+def time_kernel(
+    machine: Machine,
+    *,
+    name: str,
+    phase: str,
+    op: str,
+    dtype: str,
+    flops: int,
+    ops: dict[str, int],
+    traffic: KernelTraffic,
+    repeat: int = 1,
+) -> KernelTiming:
+    """Time one kernel run by the machine's model, then scale by ``repeat``."""
+    model = machine.timing.model
+    names = [lv.name for lv in traffic.levels]
+    transfer = {lv.name: _transfer(lv) for lv in traffic.levels}
+    overhead = 0.0
+    if model == "in_order":
+        compute = _in_order_compute(machine, dtype, op, flops, ops, traffic)
+        # A reference served below the first level waits that level's latency; nothing overlaps.
+        latency = {lv.name: lv.fetches * (lv.latency or 0.0) for lv in traffic.levels[1:]}
+        if traffic.levels and len(traffic.levels) == 1:  # no caches: memory serves every access
+            latency = {MEMORY: traffic.levels[0].fetches * (traffic.levels[0].latency or 0.0)}
+        serial = compute + sum(latency.values())
+        floor_name = max(transfer, key=lambda k: transfer[k]) if transfer else None
+        stall = {k: latency.get(k, 0.0) for k in names}
+        if floor_name is not None and transfer[floor_name] > serial:
+            # A bandwidth is a floor: the level it belongs to stalls for the difference too.
+            stall[floor_name] += transfer[floor_name] - serial
+        terms = {k: latency.get(k, 0.0) for k in names}
+    elif model == "vector":
+        rate = arithmetic_rate(machine, dtype, op)
+        compute = flops / rate
+        word_bytes = float(_param(machine, "word_bytes", 8))
+        ports = float(_param(machine, "memory_ports"))
+        chaining = bool(_param(machine, "chaining", True))
+        startup_cycles = float(_param(machine, "startup", 0.0))
+        mem = traffic.levels[-1]
+        words_time = mem.bytes / word_bytes / ports / machine.clock_hz
+        overhead = traffic.vector_instructions * startup_cycles / machine.clock_hz
+        # Chained: each strip takes the larger of its arithmetic and its memory words;
+        # unchained: the two run one after the other.
+        memory_stall = max(0.0, words_time - compute) if chaining else words_time
+        stall = {k: 0.0 for k in names}
+        stall[MEMORY] = memory_stall
+        terms = {MEMORY: words_time}
+    elif model in ("overlapped", "throughput"):
+        rate = arithmetic_rate(machine, dtype, op)
+        compute = flops / rate
+        terms = dict(transfer)
+        if model == "overlapped":
+            mlp = float(_param(machine, "mlp", 1))
+            for lv in traffic.levels[1:]:
+                # Little's law: with `mlp` misses in flight, a level serves at most
+                # mlp fetches per latency, whatever its bandwidth.
+                if lv.latency:
+                    terms[lv.name] = max(terms[lv.name], lv.fetches * lv.latency / mlp)
+            how = str(_param(machine, "overlap", "sum"))
+            if how not in ("sum", "max"):
+                raise InputError(f"overlap must be 'sum' or 'max', got {how!r}", field="timing.overlap")
+            if how == "sum":
+                data = sum(terms.values())
+                stall = {k: 0.0 for k in names}
+                if data > compute and data > 0:
+                    stall = {k: (data - compute) * terms[k] / data for k in names}
+            else:
+                data = max(terms.values(), default=0.0)
+                stall = _attribute(data - compute, terms, compute)
+        else:
+            overhead = float(_param(machine, "launch_overhead", 0.0))
+            data = max(terms.values(), default=0.0)
+            stall = _attribute(data - compute, terms, compute)
+    else:
+        raise InputError(f"unknown timing model {model!r}", field="timing.model")
+    return KernelTiming(
+        name=name,
+        phase=phase,
+        op=op,
+        flops=flops * repeat,
+        repeat=repeat,
+        compute=compute * repeat,
+        overhead=overhead * repeat,
+        stall={k: v * repeat for k, v in stall.items()},
+        bytes={lv.name: lv.bytes * repeat for lv in traffic.levels},
+        terms=terms,
+    )
+
+
+def _in_order_compute(
+    machine: Machine, dtype: str, op: str, flops: int, ops: dict[str, int], traffic: KernelTraffic
+) -> float:
+    """Issue time with a perfect memory: every operation, load, store and loop pays its cost."""
+    costs = machine.issue_costs
+    if not costs:
+        return flops / arithmetic_rate(machine, dtype, op)
+    seconds = 0.0
+    counted_flops = 0
+    for kind, count in ops.items():
+        if kind == "fma":
+            if "fma" in costs:
+                seconds += count * costs["fma"]
+            else:
+                seconds += count * (_cost(machine, "fmul") + _cost(machine, "fadd"))
+            counted_flops += 2 * count
+        elif kind in ("add", "sub"):
+            seconds += count * _cost(machine, "fadd")
+            counted_flops += count
+        elif kind == "mul":
+            seconds += count * _cost(machine, "fmul")
+            counted_flops += count
+        elif kind == "div":
+            seconds += count * _cost(machine, "fdiv")
+            counted_flops += count
+        elif kind == "exp":
+            seconds += count * _cost(machine, "exp")
+            counted_flops += count
+    if counted_flops < flops:
+        # Operations the kernel did not itemise run at the machine's stated rate.
+        seconds += (flops - counted_flops) / arithmetic_rate(machine, dtype, op)
+    seconds += traffic.demand_reads * costs.get("load", 0.0)
+    seconds += traffic.demand_writes * costs.get("store", 0.0)
+    seconds += traffic.inner_iterations * costs.get("loop", 0.0)
+    return seconds
+
+
+def _cost(machine: Machine, op: str) -> float:
+    costs = machine.issue_costs
+    if op in costs:
+        return costs[op]
+    if op == "exp" and "fdiv" in costs:
+        return 10 * costs["fdiv"]  # no stated cost: an exponential as ten divides (documented)
+    rate = arithmetic_rate(machine, machine.primary_dtype, "gemm")
+    return 1.0 / rate
+
+
+@dataclass
+class StepTiming:
+    """A whole step: its kernels' timings summed, with the headline figures."""
+
+    machine: Machine
+    kernels: list[KernelTiming]
+    iterations: int  # the kernel list runs this many times (per-example updates)
+    examples: int
+    connections: int
+    phase: str
+    peak: float  # FLOP/s the fraction of peak is taken against
+
+    def _sum(self, attr: str) -> float:
+        return self.iterations * sum(getattr(k, attr) for k in self.kernels)
+
+    @property
+    def flops(self) -> int:
+        return self.iterations * sum(k.flops for k in self.kernels)
+
+    @property
+    def compute(self) -> float:
+        return self._sum("compute")
+
+    @property
+    def overhead(self) -> float:
+        return self._sum("overhead")
+
+    @property
+    def stall(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k in self.kernels:
+            for name, v in k.stall.items():
+                out[name] = out.get(name, 0.0) + self.iterations * v
+        return out
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for k in self.kernels:
+            for name, v in k.bytes.items():
+                out[name] = out.get(name, 0) + self.iterations * v
+        return out
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.overhead + sum(self.stall.values())
+
+    @property
+    def bound(self) -> str:
+        stall = self.stall
+        if not stall or max(stall.values()) <= 0:
+            return "compute"
+        return max(stall, key=lambda k: stall[k])
