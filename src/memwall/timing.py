@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .engine import HierarchyCounters
 from .errors import InputError
-from .profiles import Machine
+
+if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not the engine
+    from .engine import HierarchyCounters
+    from .profiles import Machine
 
 MEMORY = "memory"  # the name main memory goes by in every breakdown
 MATRIX_OPS = ("gemm", "gemv", "attention")
