@@ -1,0 +1,49 @@
+"""The installed package: its console script, its engine and its data, from any folder."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import memwall
+from memwall.cli import build_parser
+from memwall.data import data_files, data_version
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_console_script_imports():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts
+    for target in scripts.values():
+        module, _, attr = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), attr))
+
+
+def test_engine_is_compiled_not_a_fallback():
+    from memwall import _csim
+
+    assert Path(_csim.__file__).suffix in (".so", ".pyd")
+
+
+def test_era_data_found_from_another_folder(tmp_path):
+    assert data_files("machines"), "no machine profiles shipped"
+    assert data_files("networks"), "no network presets shipped"
+    out = subprocess.run(
+        [sys.executable, "-m", "memwall", "--version"], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert out.returncode == 0, out.stderr
+    assert memwall.__version__ in out.stdout and data_version() in out.stdout
+
+
+def test_every_subcommand_has_help():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    for name in ("machines", "networks", "step", "inspect", "replay", "trace", "sweep", "report", "validate"):
+        assert name in commands, f"memwall {name} is missing"
+        assert commands[name].description or commands[name].format_help()
