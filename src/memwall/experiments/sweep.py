@@ -1,0 +1,578 @@
+"""The era sweep: many cases, run in parallel, stored as they finish, resumable.
+
+Owns: the case sets (the default study that ``memwall sweep`` runs, its ``--quick``
+version, and plain machines × networks × batches × checkpointing products), checking
+every argument before any work starts, the case key (a hash of the machine profile,
+the network, the configuration and :data:`memwall.MODEL_VERSION`), running the cases
+on local processes or a Dask cluster, and turning each :func:`memwall.simulate.run_case`
+result into one flat results row.
+
+Synthetic machines. A machine spec ``BASE@bw=X`` is the shipped profile ``BASE`` with
+its main-memory bandwidth replaced by ``X`` bytes/s: same compute engine, same caches,
+different balance. The synthetic balance sweep (figure 6) is made of these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .. import MODEL_VERSION
+from ..errors import InputError
+from ..simulate import Case
+from .store import Store, dumps, write_tables
+
+Runner = Callable[..., Mapping[str, Any]]
+
+# The classic 1980s backprop networks, in the order the figures list them.
+CLASSICS = ("nettalk", "family-trees", "encoder-8-3-8", "sonar", "alvinn", "lecun-1989")
+# A large network that is a pure chain of d×d products: at batch 1 every weight is used
+# once per pass (a GEMV), and its activations equal its parameters at batch = d = 1024.
+LARGE = "affine-48x1024"
+# A bf16 transformer for the batch window (figure 4); short sequences so the batch
+# axis spans from far below to far above the compute-bound batch in tokens.
+WINDOW_NETWORK = "gpt2-small"
+
+MODERN_KINDS = ("gpu", "tpu", "wafer")
+CHECKPOINTS = ("none", "sqrt", "selective")
+UPDATES = ("per-example", "minibatch")
+PHASES = ("train", "forward")
+EXECUTORS = ("local", "dask")
+
+# The leading columns of results.csv, in this order; per-level columns follow.
+COLUMNS = (
+    "machine", "name", "year", "kind", "synthetic", "bandwidth", "balance", "machine_balance",
+    "network", "batch", "tokens", "checkpoint", "updates", "phase", "optimizer", "dtype",
+    "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
+    "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
+    "overhead_fraction",
+)
+
+_SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
+
+
+# --------------------------------------------------------------------------------------
+# What the sweep needs to know about machines and networks
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """The facts about one machine that rows, keys and figures use."""
+
+    id: str
+    name: str
+    year: int
+    kind: str
+    primary_dtype: str
+    peak_flops: Mapping[str, float]  # FLOP/s per dtype
+    bandwidth: float  # main memory, B/s
+    fingerprint: str  # hash of the whole profile: any edit changes every key that uses it
+    synthetic: bool = False
+
+    def balance(self, dtype: str | None = None) -> float:
+        peak = self.peak_flops.get(dtype or self.primary_dtype, self.peak_flops.get(self.primary_dtype))
+        return float(peak) / self.bandwidth if peak and self.bandwidth else math.nan
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    id: str
+    fingerprint: str
+    seq_len: int | None = None  # tokens per example for sequence models, else None
+
+
+def _fingerprint(value: Any) -> str:
+    return hashlib.sha256(dumps(value).encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able copy of a profile's dict (tuples to lists, anything odd to text)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if hasattr(value, "as_dict"):
+        return _plain(value.as_dict())
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return _plain(asdict(value))
+    return repr(value)
+
+
+class Catalogue:
+    """Machines and networks as the shipped profiles describe them (cached per process)."""
+
+    def machine_ids(self) -> list[str]:
+        from ..profiles import all_machines
+
+        return [m.id for m in all_machines()]
+
+    def network_ids(self) -> list[str]:
+        from ..networks import all_networks
+
+        return [n.id for n in all_networks()]
+
+    def load_machine(self, spec: str) -> Any:
+        """The profile object for an id, a path, or a synthetic ``BASE@bw=X`` spec."""
+        base, bw = parse_machine_spec(spec)
+        from ..profiles import load_machine
+
+        machine = load_machine(base)
+        if bw is None:
+            return machine
+        return replace(machine, memory=replace(machine.memory, bandwidth=bw))
+
+    def load_network(self, net_id: str) -> Any:
+        from ..networks import load_network
+
+        return load_network(net_id)
+
+    def machine(self, spec: str) -> MachineInfo:
+        return _machine_info(self, spec)
+
+    def network(self, net_id: str) -> NetworkInfo:
+        return _network_info(self, net_id)
+
+
+@cache
+def _machine_info(cat: Catalogue, spec: str) -> MachineInfo:
+    base, bw = parse_machine_spec(spec)
+    m = cat.load_machine(base)
+    content = _plain(m.as_dict() if hasattr(m, "as_dict") else m)
+    bandwidth = float(m.memory.bandwidth) if bw is None else bw
+    name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
+    return MachineInfo(
+        id=spec, name=name, year=int(m.year), kind=str(m.kind),
+        primary_dtype=str(m.primary_dtype),
+        peak_flops={str(k): float(v) for k, v in dict(m.peak_flops).items()},
+        bandwidth=bandwidth,
+        fingerprint=_fingerprint({"profile": content, "bandwidth": bw}),
+        synthetic=bw is not None,
+    )
+
+
+@cache
+def _network_info(cat: Catalogue, net_id: str) -> NetworkInfo:
+    net = cat.load_network(net_id)
+    content = _plain(net.as_dict() if hasattr(net, "as_dict") else net)
+    seq = getattr(net, "seq_len", None)
+    return NetworkInfo(id=net_id, fingerprint=_fingerprint(content), seq_len=int(seq) if seq else None)
+
+
+def parse_machine_spec(spec: str) -> tuple[str, float | None]:
+    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12)."""
+    match = _SYNTH.match(spec)
+    if not match:
+        return spec, None
+    try:
+        bw = float(match["bw"])
+    except ValueError:
+        raise InputError(f"bad bandwidth in synthetic machine '{spec}'", field="machines") from None
+    if not (bw > 0 and math.isfinite(bw)):
+        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive number of B/s",
+                         field="machines")
+    return match["base"], bw
+
+
+def synthetic_spec(base: str, bandwidth: float) -> str:
+    # repr keeps the exact double, so the spec (and the key) is the same on every run.
+    return f"{base}@bw={float(bandwidth)!r}"
+
+
+# --------------------------------------------------------------------------------------
+# Case sets
+
+
+def product(machines: Iterable[str], networks: Iterable[str], batches: Iterable[int],
+            checkpoints: Iterable[str] = ("none",), **fields: Any) -> list[Case]:
+    """Every machine × network × batch × checkpoint, with ``fields`` set on each Case."""
+    return [Case(machine=m, network=n, batch=b, checkpoint=c, **fields)
+            for m in machines for n in networks for b in batches for c in checkpoints]
+
+
+def _modern(cat: Catalogue, ids: Sequence[str]) -> list[str]:
+    return [i for i in ids if cat.machine(i).kind in MODERN_KINDS]
+
+
+def _synthetic_base(cat: Catalogue, ids: Sequence[str]) -> str | None:
+    """The compute engine for the synthetic sweep: an H100 if shipped, else the newest GPU."""
+    gpus = [i for i in ids if cat.machine(i).kind == "gpu"] or list(ids)
+    named = [i for i in gpus if "h100" in i.lower()]
+    if named:
+        return sorted(named)[0]
+    return max(gpus, key=lambda i: (cat.machine(i).year, i)) if gpus else None
+
+
+def synthetic_machines(cat: Catalogue, base: str, decades: float = 4.0, per_decade: int = 3,
+                       low_balance: float = 1.0) -> list[str]:
+    """``base`` with memory bandwidth set so balance runs over ``decades`` from ``low_balance``."""
+    info = cat.machine(base)
+    peak = info.peak_flops[info.primary_dtype]
+    n = int(round(decades * per_decade))
+    return [synthetic_spec(base, float(f"{peak / (low_balance * 10 ** (k / per_decade)):.6g}"))
+            for k in range(n + 1)]
+
+
+def study(cat: Catalogue | None = None, *, quick: bool = False) -> list[Case]:
+    """The README's main job: the cases behind figures 2, 3, 4 and 6 (1 and 5 need none).
+
+    - per-example training (batch 1) of the classics and of a large network on every
+      machine (regime flip, stall breakdown);
+    - a bf16 transformer over batch sizes on the modern machines (batch window);
+    - the large network with and without √L checkpointing on one modern machine;
+    - a few networks on one compute engine with memory bandwidth over four decades.
+
+    ``quick`` keeps one machine per decade-ish, fewer networks and batches.
+    """
+    cat = cat or Catalogue()
+    machines = cat.machine_ids()
+    networks = set(cat.network_ids())
+    classics = [n for n in CLASSICS if n in networks]
+    large = [LARGE] if LARGE in networks else []
+    modern = _modern(cat, machines)
+    if quick:
+        machines = _one_per_era(cat, machines)
+        modern = _modern(cat, machines)[-1:]
+        classics = classics[:3]
+    cases = product(machines, classics + large, [1], updates="per-example")
+    if WINDOW_NETWORK in networks and modern:
+        batches = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128]
+        cases += product(modern, [WINDOW_NETWORK], batches, seq_len=16)
+    if large and modern:
+        cases += product(modern[-1:], large, [64, 1024] if quick else [16, 256, 1024, 4096],
+                         ["none", "sqrt"])
+    base = _synthetic_base(cat, modern or machines)
+    if base:
+        synth_nets = (classics[:1] + large) if quick else (classics[:3] + large)
+        per_decade = 1 if quick else 3
+        cases += product(synthetic_machines(cat, base, per_decade=per_decade), synth_nets, [1],
+                         updates="per-example")
+    return _dedupe(cases)
+
+
+def _one_per_era(cat: Catalogue, ids: Sequence[str]) -> list[str]:
+    """The first machine of each decade (by year, then id): the quick sweep's machines."""
+    seen: dict[int, str] = {}
+    for i in sorted(ids, key=lambda i: (cat.machine(i).year, i)):
+        seen.setdefault(cat.machine(i).year // 10, i)
+    return list(seen.values())
+
+
+def _dedupe(cases: Iterable[Case]) -> list[Case]:
+    return list(dict.fromkeys(cases))
+
+
+# --------------------------------------------------------------------------------------
+# Checking arguments before any work starts
+
+
+def check_checkpoint(value: str) -> str:
+    if value in CHECKPOINTS:
+        return value
+    if value.startswith("every:"):
+        k = value.split(":", 1)[1]
+        if k.isdigit() and int(k) >= 1:
+            return value
+    raise InputError(f"unknown checkpointing '{value}' (use none, sqrt, selective or every:K with K >= 1)",
+                     field="checkpoint")
+
+
+def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:
+    """Raise InputError for the first unusable case; called before anything runs."""
+    cat = cat or Catalogue()
+    if not cases:
+        raise InputError("no cases to run", field="cases")
+    known_m = set(cat.machine_ids())
+    known_n = set(cat.network_ids())
+    for case in cases:
+        base, _ = parse_machine_spec(case.machine)
+        if base not in known_m and not (base.endswith(".toml") and Path(base).is_file()):
+            raise InputError(f"unknown machine '{base}' (see `memwall machines list`)", field="machines")
+        if case.network is None and case.gemm is None:
+            raise InputError("a case needs a network or a GEMM", field="networks")
+        if case.network is not None and case.network not in known_n:
+            raise InputError(f"unknown network '{case.network}' (see `memwall networks list`)",
+                             field="networks")
+        if isinstance(case.batch, bool) or not isinstance(case.batch, int) or case.batch < 1:
+            raise InputError(f"batch must be a whole number >= 1, got {case.batch!r}", field="batches")
+        if case.seq_len is not None and case.seq_len < 1:
+            raise InputError(f"seq_len must be >= 1, got {case.seq_len!r}", field="seq_len")
+        check_checkpoint(case.checkpoint)
+        if case.updates not in UPDATES:
+            raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
+        if case.phase not in PHASES:
+            raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
+    for spec in dict.fromkeys(c.machine for c in cases):
+        # Loads every profile once, so a broken file fails here, not in a worker.
+        cat.machine(spec)
+    for net in dict.fromkeys(c.network for c in cases if c.network):
+        cat.network(net)
+
+
+# --------------------------------------------------------------------------------------
+# Keys and rows
+
+
+def case_key(case: Case, cat: Catalogue) -> str:
+    """What a stored result depends on: the profile, the network, the case and the model."""
+    m = cat.machine(case.machine)
+    net = cat.network(case.network).fingerprint if case.network else None
+    payload = {"model": MODEL_VERSION, "case": case.as_dict(), "machine": m.fingerprint, "network": net}
+    return hashlib.sha256(dumps(payload).encode()).hexdigest()[:32]
+
+
+def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None, cat: Catalogue) -> dict[str, Any]:
+    """One results row: who ran what, then the timing (stall fractions per level of total cycles)."""
+    m = cat.machine(case.machine)
+    net = cat.network(case.network) if case.network else None
+    seq = case.seq_len or (net.seq_len if net else None)
+    row: dict[str, Any] = {
+        "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
+        "bandwidth": m.bandwidth, "balance": m.balance(), "machine_balance": m.balance(),
+        "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
+        "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
+        "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
+        "status": "error" if error else "ok", "error": error,
+    }
+    if error or result is None:
+        return row
+    cycles = result.get("cycles") or {}
+    total = float(cycles.get("total") or 0.0)
+    frac = float(result.get("fraction_of_peak") or 0.0)
+    achieved = _num(result.get("achieved_flops"))
+    peak = _num(result.get("peak_flops")) or (achieved / frac if achieved and frac else None)
+    row.update({
+        "seconds": _num(result.get("seconds")),
+        "stall_fraction": _num(result.get("stall_fraction")),
+        "fraction_of_peak": _num(result.get("fraction_of_peak")),
+        "cups": _num(result.get("cups")),
+        "flops": _num(result.get("flops")),
+        "achieved_flops": achieved,
+        "peak_flops": peak,
+        "bound": result.get("bound"),
+        "cycles_total": total,
+        "compute_fraction": _share(cycles.get("compute"), total),
+        "overhead_fraction": _share(cycles.get("overhead"), total),
+    })
+    if result.get("dtype") or case.dtype:
+        row["dtype"] = result.get("dtype") or case.dtype
+    if peak and m.bandwidth:
+        # Balance for the dtype this case computes in (the peak run_case timed against).
+        row["balance"] = peak / m.bandwidth
+    for level, c in (cycles.get("stall") or {}).items():
+        row[f"stall_{level}"] = _share(c, total)
+    for level, b in (result.get("bytes") or {}).items():
+        row[f"bytes_{level}"] = _num(b)
+    return row
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _share(part: Any, total: float) -> float | None:
+    return float(part) / total if part is not None and total else None
+
+
+def row_order(row: Mapping[str, Any]) -> tuple:
+    """Rows sort by machine (year, id), then network and configuration, then batch."""
+    def s(v: Any) -> str:
+        return "" if v is None else str(v)
+    return (row["year"], s(row["machine"]).split("@")[0], row.get("bandwidth") or 0.0, s(row["machine"]),
+            s(row["network"]), s(row["phase"]), s(row["updates"]), s(row["checkpoint"]),
+            s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"])
+
+
+# --------------------------------------------------------------------------------------
+# Running
+
+
+def _default_runner(case: Case, machine: Any = None) -> Mapping[str, Any]:
+    from ..simulate import run_case
+
+    if machine is None:
+        return run_case(case)
+    if "machine" not in inspect.signature(run_case).parameters:
+        raise RuntimeError("synthetic machines need run_case(case, machine=Machine), "
+                           "which this memwall's simulate module does not offer yet")
+    return run_case(case, machine=machine)
+
+
+def execute(case: Case, runner: Runner | None = None, cat: Catalogue | None = None) -> dict[str, Any]:
+    """Run one case (in a worker) and return ``{"case", "result"}`` or ``{"case", "error"}``.
+
+    Never raises for a failing case: the reason goes into the row and the sweep goes on.
+    """
+    runner = runner or _default_runner
+    try:
+        _, bw = parse_machine_spec(case.machine)
+        if bw is None:
+            result = runner(case)
+        else:
+            machine = (cat or Catalogue()).load_machine(case.machine)
+            base_case = replace(case, machine=parse_machine_spec(case.machine)[0])
+            result = runner(base_case, machine=machine)
+        return {"case": case.as_dict(), "result": dict(result)}
+    except Exception as err:  # a case's failure is data, not a crash
+        return {"case": case.as_dict(), "error": f"{type(err).__name__}: {err}"}
+
+
+@dataclass
+class SweepResult:
+    out: Path
+    rows: list[dict[str, Any]]
+    computed: int  # cases run this time
+    reused: int  # cases found in the store
+    failed: list[dict[str, Any]] = field(default_factory=list)  # rows with status "error"
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_executor(executor: str, jobs: int | None, scheduler: str | None) -> None:
+    if executor not in EXECUTORS:
+        raise InputError(f"unknown executor '{executor}' (use local or dask)", field="executor")
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs must be >= 1, got {jobs}", field="jobs")
+    if scheduler and executor != "dask":
+        raise InputError("--scheduler needs --executor dask", field="scheduler")
+    if executor == "dask":
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            raise InputError("--executor dask needs Dask: pip install 'memwall[dask]'",
+                             field="executor") from None
+
+
+def run_sweep(
+    cases: Sequence[Case],
+    out: str | os.PathLike[str],
+    *,
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    runner: Runner | None = None,
+    catalogue: Catalogue | None = None,
+    progress: bool = True,
+) -> SweepResult:
+    """Run every case not already stored under ``out``; rebuild the results tables.
+
+    Each finished case is written to ``out/cases/<key>.json`` the moment it arrives, so
+    a sweep killed at any point resumes with only the running cases lost. Failed cases
+    are stored with their reason and run again by the next sweep.
+    """
+    cat = catalogue or Catalogue()
+    check_executor(executor, jobs, scheduler)
+    validate(cases, cat)
+    cases = _dedupe(cases)
+    jobs = jobs or default_jobs()
+    store = Store(out)
+    keys = {case: case_key(case, cat) for case in cases}
+    todo = []
+    for case in cases:
+        rec = store.get(keys[case])
+        if rec is None or rec.get("status") != "ok":
+            todo.append(case)
+    reused = len(cases) - len(todo)
+
+    bar = _progress(len(cases), reused, progress)
+    try:
+        def finish(case: Case, outcome: Mapping[str, Any]) -> None:
+            err = outcome.get("error")
+            row = make_row(case, outcome.get("result"), err, cat)
+            store.put({"key": keys[case], "status": row["status"], "error": err,
+                       "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
+                       "result": outcome.get("result")})
+            if bar is not None:
+                bar.update(1)
+                if err:
+                    bar.set_postfix_str(f"failed {_failures(store, keys, cases)}")
+
+        if todo:
+            if executor == "dask":
+                _run_dask(todo, runner, cat, jobs, scheduler, finish)
+            elif jobs == 1 or len(todo) == 1:
+                for case in todo:
+                    finish(case, execute(case, runner, cat))
+            else:
+                _run_local(todo, runner, cat, jobs, finish)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    rows = [rec["row"] for rec in (store.get(keys[c]) for c in cases) if rec is not None]
+    rows.sort(key=row_order)
+    write_tables(out, rows, COLUMNS)
+    failed = [r for r in rows if r["status"] != "ok"]
+    return SweepResult(out=Path(out), rows=rows, computed=len(todo), reused=reused, failed=failed)
+
+
+def _failures(store: Store, keys: Mapping[Case, str], cases: Sequence[Case]) -> int:
+    n = 0
+    for c in cases:
+        rec = store.get(keys[c])
+        n += rec is not None and rec.get("status") == "error"
+    return n
+
+
+def _progress(total: int, done: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc="memwall sweep", unit="case", file=sys.stderr,
+                dynamic_ncols=True, smoothing=0.1)
+
+
+def _run_local(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int,
+               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
+    try:
+        pending = {pool.submit(execute, case, runner, cat): case for case in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                finish(pending.pop(fut), fut.result())
+    finally:
+        # On Ctrl-C, drop queued cases at once; the stored ones are kept.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_dask(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int, scheduler: str | None,
+              finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
+    import logging
+
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler:
+        client = Client(scheduler)
+    else:
+        cluster = LocalCluster(n_workers=min(jobs, len(todo)), threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    try:
+        futures = {client.submit(execute, case, runner, cat, pure=False): case for case in todo}
+        for fut in as_completed(futures):
+            finish(futures[fut], fut.result())
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
