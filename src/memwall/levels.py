@@ -162,8 +162,9 @@ def parse_level(
         for key in ("size", "line", "ways"):
             if key not in values:
                 raise InputError(f"level '{name}' needs '{key}'", field=key)
-        size = parse_bytes(values["size"])
-        line = parse_bytes(values["line"])
+        # Through _optional so a bad unit names the field ('level[L1].size'), not only the level.
+        size = _optional(values, "size", parse_bytes)
+        line = _optional(values, "line", parse_bytes)
         ways_raw = values["ways"]
         if ways_raw == "full":
             if line <= 0 or size % line:

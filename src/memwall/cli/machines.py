@@ -1,0 +1,207 @@
+"""``memwall machines``: list, show and validate machine profiles.
+
+Owns the ``machines`` subcommand and its sub-subcommands ``list``, ``show`` and
+``validate``. Other modules add sub-subcommands (``memwall machines detect``) without
+editing this file: a module in ``memwall.cli`` that defines
+``register_machines(machines_subparsers)`` is called when the ``machines`` parser is
+built (it must still define ``register(subparsers)``, which may do nothing), and code
+running inside such a hook may call :func:`add_machines_command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import re
+import sys
+from typing import Any
+
+from .. import profiles
+from ..errors import InputError
+from ..units import format_byte_rate, format_bytes, format_flop_rate, format_frequency, format_time
+
+_machines_subparsers: Any = None  # the sub-subparsers of the most recently built 'machines' parser
+
+
+def add_machines_command(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Add ``memwall machines NAME``; set ``func=`` on the returned parser with set_defaults."""
+    if _machines_subparsers is None:
+        raise RuntimeError("the 'machines' parser is not built yet; call from register_machines()")
+    return _machines_subparsers.add_parser(name, help=help, description=help, **kwargs)
+
+
+def register(subparsers: Any) -> None:
+    global _machines_subparsers
+    parser = subparsers.add_parser(
+        "machines", help="list, show and validate machine profiles",
+        description="The catalogue of machines: profiles in era_data/machines, with provenance.",
+    )
+    sub = parser.add_subparsers(dest="machines_command", metavar="ACTION")
+    _machines_subparsers = sub
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    p = sub.add_parser("list", help="one row per machine: peak, bandwidth, balance, provenance",
+                       description="One row per shipped machine.")
+    p.add_argument("--json", action="store_true", help="a JSON list of objects")
+    p.add_argument("--era", help="a decade ('1980s') or a range of years ('1976-1995')")
+    p.add_argument("--kind", choices=profiles.KINDS, help="only machines of this kind")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="everything about one machine, with each figure's source",
+                       description="Everything about one machine (an id or a profile path).")
+    p.add_argument("machine", metavar="ID", help="machine id (see 'memwall machines list') or a .toml path")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("validate", help="check profile files; every problem by file, field and reason",
+                       description="Check profile files. Exit 0 if all are valid, 1 otherwise.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="profile .toml files")
+    p.set_defaults(func=cmd_validate)
+
+    # Sub-subcommands other modules contribute (see the module docstring).
+    package = importlib.import_module(__package__ or "memwall.cli")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "machines":
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        hook = getattr(module, "register_machines", None)
+        if callable(hook):
+            hook(sub)
+
+
+def _era_filter(era: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d{4})s", era.strip())
+    if m and int(m.group(1)) % 10 == 0:
+        start = int(m.group(1))
+        return start, start + 9
+    m = re.fullmatch(r"(\d{4})\s*-\s*(\d{4})", era.strip())
+    if m and int(m.group(1)) <= int(m.group(2)):
+        return int(m.group(1)), int(m.group(2))
+    raise InputError(f"cannot read era {era!r}: write a decade such as '1980s' or years such as '1976-1995'",
+                     field="--era")
+
+
+def _short_flops(value: float) -> str:
+    return format_flop_rate(value).replace("FLOP/s", "").replace(" ", "")
+
+
+def _row(m: profiles.Machine) -> dict[str, Any]:
+    return {
+        "id": m.id, "name": m.name, "vendor": m.vendor, "year": m.year, "kind": m.kind,
+        "clock_hz": m.clock_hz, "primary_dtype": m.primary_dtype,
+        "peak_flops": dict(m.peak_flops), "memory_bandwidth": m.memory.bandwidth,
+        "memory_capacity": m.memory.capacity, "balance": m.balances(),
+        "status": m.status, "status_counts": m.status_counts(),
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    machines = profiles.all_machines()
+    if args.era:
+        lo, hi = _era_filter(args.era)
+        machines = [m for m in machines if lo <= m.year <= hi]
+    if args.kind:
+        machines = [m for m in machines if m.kind == args.kind]
+    if args.json:
+        json.dump([_row(m) for m in machines], sys.stdout, indent=1)
+        print()
+        return 0
+    header = ("id", "name", "year", "kind", "peak FLOP/s", "memory B/s", "balance FLOP/B", "status")
+    rows = []
+    for m in machines:
+        dtypes = [m.primary_dtype] + [d for d in m.peak_flops if d != m.primary_dtype]
+        peaks = " ".join(f"{d}:{_short_flops(m.peak_flops[d])}" for d in dtypes)
+        balance = " ".join(f"{d}:{m.balance(d):.3g}" for d in dtypes)
+        counts = ",".join(f"{n} {s}" for s, n in m.status_counts().items())
+        rows.append((m.id, m.name, str(m.year), m.kind, peaks, format_byte_rate(m.memory.bandwidth),
+                     balance, f"{m.status} ({counts})"))
+    _print_table(header, rows)
+    print(f"{len(rows)} machines; balance = peak FLOP/s / main-memory bytes/s, primary dtype first")
+    return 0
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    m = profiles.load_machine(args.machine)
+    if args.json:
+        json.dump(m.as_dict(), sys.stdout, indent=1)
+        print()
+        return 0
+    out: list[str] = []
+
+    def fig(key: str, shown: str) -> str:
+        f = m.provenance.get(key)
+        if f is None:
+            return shown
+        extra = f"  [{f.status}; {m.citation(f)}]"
+        if f.derivation:
+            extra += f"  derived: {f.derivation}"
+        return shown + extra
+
+    out.append(f"{m.name}  ({m.id})")
+    out.append(f"  vendor {m.vendor}; year {m.year}; kind {m.kind}; primary dtype {m.primary_dtype}")
+    if m.base:
+        out.append(f"  extends {m.base}")
+    out.append(f"  profile {m.path}")
+    if m.notes:
+        out.append(f"  notes: {m.notes}")
+    out.append("clock")
+    out.append("  " + fig("clock", format_frequency(m.clock_hz)))
+    out.append("compute (peak, dense)")
+    for dtype, rate in m.peak_flops.items():
+        out.append(f"  {dtype:5} " + fig(f"compute.{dtype}", format_flop_rate(rate))
+                   + f"   balance {m.balance(dtype):.3g} FLOP/B")
+    if m.issue_costs:
+        out.append("issue costs")
+        for op, seconds in m.issue_costs.items():
+            out.append(f"  {op:6} " + fig(f"issue_costs.{op}",
+                                          f"{format_time(seconds)} ({seconds * m.clock_hz:.3g} cycles)"))
+    out.append("levels (first first)")
+    for lv in m.levels:
+        managed = "software-managed" if lv.software_managed else f"{lv.policy}, {lv.write}, {lv.inclusion}"
+        out.append(f"  {lv.name}: {format_bytes(lv.size)}, {lv.line} B lines, {lv.ways} ways, "
+                   f"{lv.sets} sets, {managed}")
+        for key, f in lv.provenance.items():
+            if key == "latency" and lv.latency is not None:
+                value = format_time(lv.latency)
+            elif key == "bandwidth" and lv.bandwidth is not None:
+                value = format_byte_rate(lv.bandwidth)
+            else:
+                value = str(f.value)
+            out.append(f"      {key}: " + fig(f"level[{lv.name}].{key}", value))
+    out.append("main memory")
+    out.append("  capacity  " + fig("memory.capacity", format_bytes(m.memory.capacity)))
+    out.append("  latency   " + fig("memory.latency", format_time(m.memory.latency)))
+    out.append("  bandwidth " + fig("memory.bandwidth", format_byte_rate(m.memory.bandwidth)))
+    out.append(f"timing model {m.timing.model}")
+    for key, value in m.timing.params.items():
+        out.append(f"  {key} = " + fig(f"timing.{key}", repr(value)))
+    out.append(f"schedule {m.schedule.family}")
+    for key, value in m.schedule.params.items():
+        out.append(f"  {key} = " + fig(f"schedule.{key}", repr(value)))
+    if m.sources:
+        out.append("sources")
+        for key, citation in m.sources.items():
+            out.append(f"  {key}: {citation}")
+    print("\n".join(out))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in args.paths:
+        errors = profiles.validate_paths([path])
+        if errors:
+            bad += 1
+            for err in errors:
+                print(str(err))
+    ok = len(args.paths) - bad
+    print(f"{ok} of {len(args.paths)} file(s) valid", file=sys.stderr)
+    return 1 if bad else 0
