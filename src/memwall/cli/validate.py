@@ -1,0 +1,47 @@
+"""``memwall validate``: memwall's predictions against published measurements.
+
+Reads the shipped measurement set (or the ``*.toml`` files of ``--measurements DIR``),
+predicts each with :func:`memwall.simulate.run_case`, and prints one row per case and the
+summary (or, with ``--json``, ``{"cases": [...], "summary": {...}}``). The comparison
+itself lives in :mod:`memwall.validate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="compare predictions with published measurements",
+        description=(
+            "Predict every published measurement (era_data/measurements, or the TOML files in DIR) "
+            "and print measured, predicted, predicted / measured, the bound memwall names and the note; "
+            "then the median and worst |log2 ratio| and the share within 2x."
+        ),
+    )
+    p.add_argument("--measurements", metavar="DIR", help="a folder (or one file) of measurement TOML files")
+    p.add_argument("--json", action="store_true", help="print {cases, summary} as JSON")
+    p.add_argument("--figure", metavar="OUT_DIR", help="also write validation.png and validation.svg here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..measurements import load_measurements
+    from ..validate import format_table, summarize, to_json, validate, validation_figure
+
+    measurements = load_measurements(args.measurements)
+    results = validate(measurements)
+    if args.figure:
+        paths = validation_figure(results, args.figure)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if args.json:
+        json.dump(to_json(results), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(results, summarize(results)))
+    return 0

@@ -1,0 +1,427 @@
+"""The judge: memwall's predictions against published measurements.
+
+Owns: turning a :class:`~memwall.measurements.Measurement` into the :class:`Case` that
+reproduces it (:func:`case_for`), converting a prediction (the ``memwall inspect`` dict)
+into the measurement's metric (:func:`predicted_metric`), the per-case comparison
+(:func:`validate`, one :class:`CaseResult` each), the summary (:func:`summarize`), the
+text table (:func:`format_table`) and the figure (:func:`validation_figure`).
+
+A measurement whose machine or network memwall does not know is reported with that
+status, never dropped. The predictor is injected (any ``Case -> dict`` function), so the
+comparison is tested without the simulator; by default it is
+:func:`memwall.simulate.run_case`.
+
+Metric conversions, exactly as computed here (``s`` = predicted seconds of one step,
+``b`` = examples in the step, ``C`` = the network's connections, i.e. weights):
+
+* ``seconds``            = s
+* ``flops``              = the prediction's ``achieved_flops`` (else FLOPs ÷ s)
+* ``samples_per_second`` = b ÷ s
+* ``cups``               = C × b ÷ s   (s of a training step: forward, backward, update)
+* ``cps``                = C × b ÷ s   (s of a forward pass only)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+from .measurements import Measurement
+
+if TYPE_CHECKING:
+    from .simulate import Case
+
+Predictor = Callable[["Case"], Mapping[str, Any]]
+
+BAND = 2.0  # a prediction within a factor of BAND of the measurement counts as "within 2x"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One measurement and memwall's prediction of it."""
+
+    id: str
+    machine: str
+    workload: str
+    metric: str
+    measured: float
+    predicted: float | None
+    ratio: float | None  # predicted / measured
+    status: str  # ok | unknown machine | unknown network | error
+    check: str  # point | lower-bound-on-prediction | upper-bound-on-prediction
+    bound: str | None  # what memwall says limits the step: 'compute' or a level name
+    reliability: str
+    notes: str
+    explanation: str | None
+    source: str
+    year: int | None
+    error: str | None = None  # the reason, when status is not ok
+
+    @property
+    def log2_ratio(self) -> float | None:
+        return None if self.ratio is None else math.log2(self.ratio)
+
+    @property
+    def within_band(self) -> bool | None:
+        """Point checks: within 2x. Bound checks: the bound holds."""
+        if self.ratio is None:
+            return None
+        if self.check == "lower-bound-on-prediction":
+            return self.ratio >= 1.0
+        if self.check == "upper-bound-on-prediction":
+            return self.ratio <= 1.0
+        return 1.0 / BAND <= self.ratio <= BAND
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["log2_ratio"] = self.log2_ratio
+        d["within_band"] = self.within_band
+        return d
+
+
+@dataclass(frozen=True)
+class _CaseFields:
+    """The fields of :class:`memwall.simulate.Case`, for an injected predictor while the
+    simulator's modules cannot be imported (they import the compiled engine and the
+    workloads). The real predictor always gets the real Case: :func:`default_predictor`
+    refuses to run without the simulator."""
+
+    machine: str
+    network: str | None = None
+    batch: int = 1
+    checkpoint: str = "none"
+    updates: str = "minibatch"
+    phase: str = "train"
+    optimizer: str = "sgd"
+    dtype: str | None = None
+    seq_len: int | None = None
+    gemm: tuple[int, int, int] | None = None
+
+
+def _case_type() -> type:
+    """:class:`memwall.simulate.Case`, imported only when a case is built."""
+    try:
+        from .simulate import Case
+    except ImportError:
+        return _CaseFields
+    return Case
+
+
+def case_for(m: Measurement) -> Case:
+    """The simulation that reproduces a measurement's workload."""
+    Case = _case_type()
+    if m.gemm is not None:
+        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward")
+    return Case(
+        machine=m.machine,
+        network=m.network,
+        batch=m.batch,
+        checkpoint=m.checkpoint,
+        updates=m.updates,
+        phase=m.phase,
+        optimizer=m.optimizer,
+        dtype=m.dtype,
+        seq_len=m.seq_len,
+    )
+
+
+def _connections(prediction: Mapping[str, Any], network: str | None) -> float | None:
+    """The network's connections (weights), from the prediction or from the preset."""
+    for key in ("connections", "weights", "parameters"):
+        if isinstance(prediction.get(key), int | float):
+            return float(prediction[key])
+    net = prediction.get("network")
+    if isinstance(net, Mapping):
+        for key in ("connections", "weights", "parameters"):
+            if isinstance(net.get(key), int | float):
+                return float(net[key])
+    if network is None:
+        return None
+    try:
+        from .networks import load_network  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    preset = load_network(network)
+    for attr in ("connections", "weights", "parameters"):
+        value = getattr(preset, attr, None)
+        value = value() if callable(value) else value
+        if isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
+                     network: str | None = None) -> float:
+    """The prediction, in the measurement's metric (see the module docstring for the formulas)."""
+    seconds = prediction.get("seconds")
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        raise InputError(f"the prediction has no positive 'seconds' (got {seconds!r})", field="seconds")
+    seconds = float(seconds)
+    examples = prediction.get("batch", batch)
+    examples = examples if isinstance(examples, int) and examples > 0 else batch
+    if metric == "seconds":
+        return seconds
+    if metric == "flops":
+        achieved = prediction.get("achieved_flops")
+        if isinstance(achieved, int | float) and achieved > 0:
+            return float(achieved)
+        flops = prediction.get("flops")
+        if isinstance(flops, Mapping):  # a breakdown: take its total
+            flops = flops.get("total")
+        if not isinstance(flops, int | float):
+            raise InputError("the prediction has neither 'achieved_flops' nor 'flops'", field="flops")
+        return float(flops) / seconds
+    if metric == "samples_per_second":
+        return examples / seconds
+    if metric in ("cups", "cps"):
+        connections = _connections(prediction, None)
+        if connections is not None:
+            return connections * examples / seconds
+        # run_case reports 'cups' (training) and 'cps' (forward) itself, by the same formula
+        # (its connections x examples / seconds); use it before looking the preset up.
+        own = prediction.get(metric)
+        if isinstance(own, int | float) and own > 0:
+            return float(own)
+        connections = _connections(prediction, network)
+        if connections is None:
+            raise InputError(f"cannot convert to {metric!r}: the network's connections are unknown",
+                             field="connections")
+        return connections * examples / seconds
+    raise InputError(f"unknown metric {metric!r}", field="metric")
+
+
+def _known(kind: str) -> set[str] | None:
+    """Ids of shipped machines or networks, or None where that catalogue does not exist yet."""
+    try:
+        if kind == "machine":
+            from .profiles import machine_ids  # type: ignore[attr-defined]
+
+            return set(machine_ids())
+        from .networks import network_ids  # type: ignore[attr-defined]
+
+        return set(network_ids())
+    except ImportError:
+        return None
+
+
+def default_predictor() -> Predictor:
+    """:func:`memwall.simulate.run_case`; an InputError if the simulator is not built yet."""
+    try:
+        from . import simulate
+    except ImportError as err:
+        raise InputError(f"the simulator cannot be imported: {err}") from None
+    run_case = getattr(simulate, "run_case", None)
+    if run_case is None:
+        raise InputError("memwall.simulate.run_case is not available: there is no simulator to validate yet")
+    return run_case
+
+
+def validate(measurements: Sequence[Measurement], predictor: Predictor | None = None, *,
+             check_ids: bool = True) -> list[CaseResult]:
+    """Predict every measurement; one :class:`CaseResult` per measurement, in order.
+
+    With ``check_ids`` a machine or network missing from the shipped catalogues is reported
+    as 'unknown machine' / 'unknown network' before the predictor is asked (a path to a
+    profile file is allowed: the predictor decides). An InputError from the predictor is
+    reported on its case, as 'error', and the others still run.
+    """
+    predictor = predictor or default_predictor()
+    machines = _known("machine") if check_ids else None
+    networks = _known("network") if check_ids else None
+    results = []
+    for m in measurements:
+        status, error, prediction = "ok", None, None
+        if machines is not None and m.machine not in machines and not m.machine.endswith(".toml"):
+            status, error = "unknown machine", f"no machine profile {m.machine!r}"
+        elif networks is not None and m.network is not None and m.network not in networks:
+            status, error = "unknown network", f"no network preset {m.network!r}"
+        else:
+            try:
+                prediction = predictor(case_for(m))
+                predicted = predicted_metric(m.metric, prediction, batch=m.batch, network=m.network)
+            except InputError as err:
+                text = str(err)
+                if "machine" in (err.field or "") or "unknown machine" in text or "no machine" in text:
+                    status = "unknown machine"
+                elif "network" in (err.field or "") or "unknown network" in text or "no network" in text:
+                    status = "unknown network"
+                else:
+                    status = "error"
+                error, prediction = text, None
+        if prediction is None:
+            predicted = ratio = None
+            bound = None
+        else:
+            ratio = predicted / m.value
+            bound = prediction.get("bound")
+            bound = str(bound) if bound is not None else None
+        results.append(CaseResult(
+            id=m.id, machine=m.machine, workload=m.workload, metric=m.metric, measured=m.value,
+            predicted=predicted, ratio=ratio, status=status, check=m.check, bound=bound,
+            reliability=m.reliability, notes=m.notes, explanation=m.explanation, source=m.source,
+            year=m.year if m.year is not None else _machine_year(m.machine), error=error,
+        ))
+    return results
+
+
+def _machine_year(machine: str) -> int | None:
+    try:
+        from .profiles import load_machine  # type: ignore[attr-defined]
+
+        return int(load_machine(machine).year)
+    except Exception:  # noqa: BLE001 - the year only colours the figure; a missing profile is reported elsewhere
+        return None
+
+
+def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """Cases, median and worst |log2 ratio| and the share within 2x (point checks), bound checks held.
+
+    Only point checks enter the median, worst and share: a bound check (e.g. a multi-GPU run's
+    per-device speed as a floor for a single-device prediction) says nothing about how close
+    the prediction should be, only on which side it must fall.
+    """
+    point = [r for r in results if r.check == "point" and r.ratio is not None]
+    bounds = [r for r in results if r.check != "point" and r.ratio is not None]
+    abs_logs = [abs(r.log2_ratio) for r in point if r.log2_ratio is not None]
+    worst = max(point, key=lambda r: abs(r.log2_ratio or 0.0)) if point else None
+    not_run: dict[str, list[str]] = {}
+    for r in results:
+        if r.status != "ok":
+            not_run.setdefault(r.status, []).append(r.id)
+    return {
+        "cases": len(results),
+        "predicted": len(point) + len(bounds),
+        "point_cases": len(point),
+        "median_abs_log2_ratio": statistics.median(abs_logs) if abs_logs else None,
+        "worst_abs_log2_ratio": abs(worst.log2_ratio) if worst and worst.log2_ratio is not None else None,
+        "worst_case": worst.id if worst else None,
+        "share_within_2x": (sum(1 for r in point if r.within_band) / len(point)) if point else None,
+        "bound_cases": len(bounds),
+        "bounds_held": sum(1 for r in bounds if r.within_band),
+        "not_predicted": not_run,
+    }
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | None = None) -> str:
+    """The text report: one row per case, its note, then the summary."""
+    summary = summary if summary is not None else summarize(results)
+    header = ("id", "machine", "workload", "metric", "measured", "predicted", "ratio", "bound", "check")
+    rows = []
+    for r in results:
+        mark = {"lower-bound-on-prediction": ">=", "upper-bound-on-prediction": "<="}.get(r.check, "")
+        held = "" if r.within_band is None else (" ok" if r.within_band else " MISS")
+        rows.append((r.id, r.machine, r.workload, r.metric, _num(r.measured),
+                     _num(r.predicted) if r.status == "ok" else r.status,
+                     _num(r.ratio), r.bound or "-", (mark or "point") + held))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths, strict=True)).rstrip()]
+    for r, row in zip(results, rows, strict=True):
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+        note = r.error if r.status != "ok" else (r.explanation or r.notes)
+        lines.append("    note: " + " ".join(note.split()))
+    lines.append("")
+    med, worst = summary["median_abs_log2_ratio"], summary["worst_abs_log2_ratio"]
+    share = summary["share_within_2x"]
+    lines.append(
+        f"{summary['cases']} cases, {summary['predicted']} predicted; "
+        f"point checks: {summary['point_cases']}, median |log2 ratio| {_num(med)}"
+        + (f" ({2 ** med:.2f}x)" if med is not None else "")
+        + f", worst {_num(worst)}"
+        + (f" ({2 ** worst:.2f}x, {summary['worst_case']})" if worst is not None else "")
+        + ", within 2x: " + ("-" if share is None else f"{share:.0%}")
+    )
+    lines.append(f"bound checks: {summary['bounds_held']} of {summary['bound_cases']} held")
+    for status, ids in summary["not_predicted"].items():
+        lines.append(f"{status}: {', '.join(ids)}")
+    return "\n".join(lines)
+
+
+def to_json(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """``{"cases": [...], "summary": {...}}`` for ``memwall validate --json``."""
+    return {"cases": [r.as_dict() for r in results], "summary": summarize(results)}
+
+
+ERAS: tuple[tuple[str, int, int], ...] = (
+    ("1976-1995: vector and scalar machines", 0, 1995),
+    ("1996-2012: cache CPUs, early GPUs", 1996, 2012),
+    ("2013-: GPUs and TPUs", 2013, 9999),
+)
+
+
+def era_of(year: int | None) -> str:
+    if year is None:
+        return "year unknown"
+    for name, lo, hi in ERAS:
+        if lo <= year <= hi:
+            return name
+    return "year unknown"
+
+
+_MARKERS = {"flops": "o", "cups": "s", "cps": "D", "seconds": "v", "samples_per_second": "P"}
+_UNITS = {"flops": "FLOP/s", "cups": "CUPS", "cps": "CPS", "seconds": "s", "samples_per_second": "samples/s"}
+
+
+def validation_figure(cases: Iterable[CaseResult | Mapping[str, Any]], out_dir: str | Path,
+                      name: str = "validation") -> list[Path]:
+    """Predicted against measured, log-log, the 2x band shaded, points coloured by era.
+
+    Each metric keeps its own unit (FLOP/s, CUPS, ...) on both axes, so a point's distance
+    from the diagonal is the ratio whatever the metric. Bound checks are drawn hollow, with
+    an arrow-like marker showing on which side the prediction must fall. Writes
+    ``<name>.png`` and ``<name>.svg`` into out_dir and returns their paths.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [c.as_dict() if isinstance(c, CaseResult) else dict(c) for c in cases]
+    rows = [r for r in rows if r.get("predicted") and r.get("measured")]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7.5, 6.5))
+    values = [v for r in rows for v in (r["measured"], r["predicted"])] or [1.0, 10.0]
+    lo, hi = min(values) / 4, max(values) * 4
+    xs = [lo, hi]
+    ax.fill_between(xs, [x / BAND for x in xs], [x * BAND for x in xs], color="0.88", label="within 2x")
+    ax.plot(xs, xs, color="0.4", lw=0.8, label="predicted = measured")
+    colours = dict(zip([e[0] for e in ERAS] + ["year unknown"], ["#b2182b", "#ef8a62", "#2166ac", "0.5"],
+                       strict=True))
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        era = era_of(r.get("year"))
+        metric = r["metric"]
+        point = r.get("check", "point") == "point"
+        marker = _MARKERS.get(metric, "o") if point else ("^" if r["check"].startswith("lower") else "v")
+        label_key = (era, metric if point else r["check"])
+        label = None
+        if label_key not in seen:
+            seen.add(label_key)
+            label = f"{era} - {_UNITS.get(metric, metric) if point else r['check']}"
+        ax.scatter(r["measured"], r["predicted"], marker=marker, s=46, zorder=3, label=label,
+                   facecolors=colours[era] if point else "none", edgecolors=colours[era], linewidths=1.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured (the metric's unit: FLOP/s, CUPS, CPS, s, samples/s)")
+    ax.set_ylabel("predicted by memwall (same unit)")
+    ax.set_title("memwall against published measurements")
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    ax.text(0.99, 0.01, "sources: era_data/measurements/*.toml", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize=7, color="0.4")
+    fig.tight_layout()
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,266 @@
+"""`memwall validate`: metric conversions against closed forms, the summary, the bound
+checks, unknown machines reported (never dropped), the CLI and the figure.
+
+Every test but the last injects a predictor, so the comparison is tested without the
+simulator; the last runs the real :func:`memwall.simulate.run_case` on the fast shipped
+cases (single GEMMs and small networks) when the simulator can be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memwall.errors import InputError
+from memwall.measurements import Measurement, load_measurements
+from memwall.validate import (
+    CaseResult,
+    case_for,
+    format_table,
+    predicted_metric,
+    summarize,
+    to_json,
+    validate,
+    validation_figure,
+)
+
+FIXTURES = Path(__file__).parent / "data" / "measurements"
+SHIPPED_DIR = Path(__file__).parent.parent / "era_data" / "measurements"
+
+CONNECTIONS = {"nettalk": 18_629, "tiny": 100, "gpt3-175b": 175e9}
+
+
+def meas(**kw: Any) -> Measurement:
+    base: dict[str, Any] = dict(id="m", machine="mach", metric="flops", value=1.0, source="s",
+                                reliability="high", notes="n")
+    base.update(kw)
+    return Measurement(**base)
+
+
+class FakePredictor:
+    """A closed-form machine: every case takes `seconds`; FLOPs = 6 x connections x batch."""
+
+    def __init__(self, seconds: float = 0.5, bound: str = "compute") -> None:
+        self.seconds = seconds
+        self.bound = bound
+        self.cases: list[Any] = []
+
+    def __call__(self, case: Any) -> Mapping[str, Any]:
+        self.cases.append(case)
+        if case.gemm is not None:
+            m, n, k = case.gemm
+            flops = 2.0 * m * n * k
+            return {"seconds": self.seconds, "flops": flops, "achieved_flops": flops / self.seconds,
+                    "bound": self.bound, "batch": 1}
+        c = CONNECTIONS[case.network]
+        per = 2 if case.phase == "forward" else 6
+        flops = per * c * case.batch
+        return {"seconds": self.seconds, "flops": flops, "achieved_flops": flops / self.seconds,
+                "connections": c, "batch": case.batch, "bound": self.bound}
+
+
+# --- conversions: each metric against its closed form --------------------------------------
+
+def test_conversions_closed_forms() -> None:
+    s, c, b = 0.25, 18_629, 32
+    pred = {"seconds": s, "flops": 6 * c * b, "achieved_flops": 6 * c * b / s, "connections": c, "batch": b}
+    assert predicted_metric("seconds", pred) == s
+    assert predicted_metric("flops", pred) == pytest.approx(6 * c * b / s)
+    assert predicted_metric("samples_per_second", pred) == pytest.approx(b / s)
+    assert predicted_metric("cups", pred) == pytest.approx(c * b / s)
+    assert predicted_metric("cps", pred) == pytest.approx(c * b / s)
+
+
+def test_flops_from_total_when_no_achieved() -> None:
+    assert predicted_metric("flops", {"seconds": 2.0, "flops": 8.0}) == 4.0
+    assert predicted_metric("flops", {"seconds": 2.0, "flops": {"total": 8.0}}) == 4.0
+
+
+def test_cups_uses_simulator_figure_without_connections() -> None:
+    # run_case's own 'cups' is connections x examples / seconds: the same closed form.
+    assert predicted_metric("cups", {"seconds": 1.0, "cups": 123.0}) == 123.0
+    assert predicted_metric("cups", {"seconds": 2.0, "network": {"connections": 10}}, batch=3) == 15.0
+
+
+def test_conversion_refuses_what_it_cannot_compute() -> None:
+    with pytest.raises(InputError, match="seconds"):
+        predicted_metric("flops", {"seconds": 0.0, "flops": 1.0})
+    with pytest.raises(InputError, match="connections"):
+        predicted_metric("cps", {"seconds": 1.0})
+
+
+def test_predicted_cps_uses_forward_seconds_and_cups_training_seconds() -> None:
+    fake = FakePredictor(seconds=0.1)
+    ms = [meas(id="f", network="nettalk", batch=4, phase="forward", metric="cps", value=1e6),
+          meas(id="t", network="nettalk", batch=4, phase="train", metric="cups", value=1e6)]
+    results = validate(ms, fake, check_ids=False)
+    assert [c.phase for c in fake.cases] == ["forward", "train"]
+    for r in results:
+        assert r.predicted == pytest.approx(18_629 * 4 / 0.1)
+        assert r.ratio == pytest.approx(18_629 * 4 / 0.1 / 1e6)
+
+
+def test_case_for_carries_the_workload() -> None:
+    c = case_for(meas(gemm=(4096, 16, 4096), dtype="fp16"))
+    assert c.gemm == (4096, 16, 4096) and c.dtype == "fp16" and c.network is None
+    c = case_for(meas(network="gpt3-175b", batch=2, seq_len=2048, dtype="bf16", optimizer="adam",
+                      checkpoint="selective", updates="minibatch"))
+    assert (c.network, c.batch, c.seq_len, c.dtype, c.optimizer, c.checkpoint) == (
+        "gpt3-175b", 2, 2048, "bf16", "adam", "selective")
+
+
+# --- comparison, bounds, summary ------------------------------------------------------------
+
+def test_ratio_bound_and_within_band() -> None:
+    fake = FakePredictor(seconds=1.0, bound="HBM")
+    m = meas(gemm=(10, 10, 10), dtype="fp32", value=1000.0)  # predicted 2000 FLOP/s
+    (r,) = validate([m], fake, check_ids=False)
+    assert r.status == "ok" and r.predicted == 2000.0 and r.ratio == 2.0 and r.log2_ratio == 1.0
+    assert r.bound == "HBM" and r.within_band is True
+
+
+def test_bound_checks() -> None:
+    def result(ratio: float, check: str) -> CaseResult:
+        return CaseResult(id="x", machine="m", workload="w", metric="flops", measured=1.0, predicted=ratio,
+                          ratio=ratio, status="ok", check=check, bound=None, reliability="high", notes="",
+                          explanation=None, source="", year=None)
+
+    assert result(5.0, "lower-bound-on-prediction").within_band is True
+    assert result(0.9, "lower-bound-on-prediction").within_band is False
+    assert result(0.1, "upper-bound-on-prediction").within_band is True
+    assert result(1.1, "upper-bound-on-prediction").within_band is False
+    assert result(2.5, "point").within_band is False and result(0.5, "point").within_band is True
+
+
+def test_summary_median_worst_share_and_bounds_apart() -> None:
+    fake = FakePredictor(seconds=1.0)
+    # gemm 1x1x1: predicted 2 FLOP/s. Measured values give ratios 1, 2, 4, 0.125 (point), and a floor.
+    ms = [meas(id=f"p{i}", gemm=(1, 1, 1), dtype="fp32", value=v) for i, v in enumerate([2.0, 1.0, 0.5, 16.0])]
+    ms.append(meas(id="floor", gemm=(1, 1, 1), dtype="fp32", value=100.0, check="lower-bound-on-prediction"))
+    results = validate(ms, fake, check_ids=False)
+    s = summarize(results)
+    assert s["cases"] == 5 and s["point_cases"] == 4 and s["predicted"] == 5
+    assert s["median_abs_log2_ratio"] == pytest.approx(1.5)  # |log2|: 0, 1, 2, 3
+    assert s["worst_abs_log2_ratio"] == pytest.approx(3.0) and s["worst_case"] == "p3"
+    assert s["share_within_2x"] == pytest.approx(0.5)
+    assert s["bound_cases"] == 1 and s["bounds_held"] == 0  # 2 < 100: the floor is missed
+    text = format_table(results, s)
+    assert "MISS" in text and "median |log2 ratio| 1.5" in text and "within 2x: 50%" in text
+
+
+def test_unknown_machine_and_network_are_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memwall.validate as v
+
+    monkeypatch.setattr(v, "_known", lambda kind: {"mach"} if kind == "machine" else {"nettalk"})
+    fake = FakePredictor()
+    ms = [meas(id="a", machine="transputer-t800", gemm=(1, 1, 1), dtype="fp32"),
+          meas(id="b", network="no-such-net", batch=1, metric="cups"),
+          meas(id="c", gemm=(1, 1, 1), dtype="fp32")]
+    results = validate(ms, fake)
+    assert [r.status for r in results] == ["unknown machine", "unknown network", "ok"]
+    assert results[0].predicted is None and "transputer-t800" in (results[0].error or "")
+    s = summarize(results)
+    assert s["cases"] == 3 and s["not_predicted"] == {"unknown machine": ["a"], "unknown network": ["b"]}
+    text = format_table(results)
+    assert "unknown machine" in text and "transputer-t800" in text
+
+
+def test_predictor_input_error_is_reported_per_case() -> None:
+    def predictor(case: Any) -> Mapping[str, Any]:
+        if case.machine == "bad":
+            raise InputError("unknown machine 'bad'", field="machine")
+        if case.machine == "broken":
+            raise InputError("the step does not fit in memory")
+        return {"seconds": 1.0, "flops": 2.0}
+
+    ms = [meas(id="a", machine="bad", gemm=(1, 1, 1), dtype="fp32"),
+          meas(id="b", machine="broken", gemm=(1, 1, 1), dtype="fp32"),
+          meas(id="c", gemm=(1, 1, 1), dtype="fp32", value=2.0)]
+    results = validate(ms, predictor, check_ids=False)
+    assert [r.status for r in results] == ["unknown machine", "error", "ok"]
+    assert results[2].ratio == 1.0
+
+
+def test_json_shape() -> None:
+    results = validate([meas(gemm=(2, 2, 2), dtype="fp32", value=8.0)], FakePredictor(seconds=2.0),
+                       check_ids=False)
+    out = json.loads(json.dumps(to_json(results)))
+    (case,) = out["cases"]
+    for key in ("id", "machine", "metric", "measured", "predicted", "ratio", "bound", "status", "notes"):
+        assert key in case
+    assert case["ratio"] == pytest.approx(16 / 2 / 8.0)
+    assert out["summary"]["cases"] == 1
+
+
+def test_shipped_set_with_injected_predictor() -> None:
+    ms = load_measurements()
+    fake = FakePredictor(seconds=1e-3)
+    results = validate([m for m in ms if m.network in (None, *CONNECTIONS)], fake, check_ids=False)
+    assert len(results) >= 15
+    assert all(r.status == "ok" and r.ratio and math.isfinite(r.ratio) for r in results)
+
+
+# --- CLI and figure ----------------------------------------------------------------------------
+
+def test_cli_json_and_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import memwall.validate as v
+    from memwall.cli import main
+
+    monkeypatch.setattr(v, "default_predictor", lambda: FakePredictor(seconds=1e-3))
+    monkeypatch.setattr(v, "_known", lambda kind: None)
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "one.toml").write_text((SHIPPED_DIR / "deepbench_v100.toml").read_text())
+    assert main(["validate", "--measurements", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["cases"]) == 13 and out["summary"]["point_cases"] == 13
+    assert main(["validate", "--measurements", str(d), "--figure", str(tmp_path / "fig")]) == 0
+    text = capsys.readouterr().out
+    assert "deepbench-v100-fp32-4096x16x4096" in text and "within 2x" in text
+    assert (tmp_path / "fig" / "validation.png").stat().st_size > 0
+
+
+def test_cli_bad_file_exits_2(capsys: pytest.CaptureFixture) -> None:
+    from memwall.cli import main
+
+    assert main(["validate", "--measurements", str(FIXTURES / "bad_enum.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad_enum.toml" in err[0] and "metric" in err[0]
+
+
+def test_validation_figure(tmp_path: Path) -> None:
+    fake = FakePredictor(seconds=1e-3)
+    ms = [meas(id="a", gemm=(64, 64, 64), dtype="fp32", value=1e8, year=2019),
+          meas(id="b", network="nettalk", batch=1, metric="cups", value=1e6, year=1988),
+          meas(id="c", gemm=(64, 64, 64), dtype="fp32", value=1e7, check="lower-bound-on-prediction")]
+    results = validate(ms, fake, check_ids=False)
+    paths = validation_figure(results, tmp_path / "out")
+    assert [p.name for p in paths] == ["validation.png", "validation.svg"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    # dicts (e.g. read back from --json) work too
+    assert validation_figure([r.as_dict() for r in results], tmp_path / "again")
+
+
+# --- the real simulator, on the fast shipped cases ------------------------------------------
+
+FAST_NETWORKS = {"nettalk", "family-trees", "encoder-8-3-8", "sonar", "alvinn", "lecun-1989", "affine-48x1024"}
+
+
+def test_real_simulator_on_fast_shipped_cases() -> None:
+    try:
+        from memwall.simulate import run_case
+    except ImportError as err:
+        pytest.skip(f"simulator not importable yet: {err}")
+    ms = [m for m in load_measurements() if m.gemm is not None or m.network in FAST_NETWORKS]
+    results = validate(ms, run_case)
+    assert len(results) == len(ms)
+    for r in results:
+        assert r.status in ("ok", "unknown machine", "unknown network"), (r.id, r.error)
+        if r.status == "ok":
+            assert r.predicted and r.predicted > 0 and r.bound
+    summarize(results)
