@@ -28,10 +28,10 @@ def _have_real() -> bool:
     import importlib
 
     try:
-        modules = [importlib.import_module(f"memwall.{m}") for m in ("networks", "profiles", "simulate")]
+        modules = [importlib.import_module(f"memwall.{m}") for m in ("networks", "profiles", "workloads.step", "simulate")]
     except ImportError:
         return False
-    return all(getattr(m, "__file__", None) for m in modules) and hasattr(modules[2], "run_case")
+    return all(getattr(m, "__file__", None) for m in modules) and hasattr(modules[-1], "run_case")
 
 
 REAL = _have_real()

@@ -112,6 +112,13 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+def _portable(content: Any) -> Any:
+    # Where a profile was read from is not what it says: keys must match across checkouts.
+    if isinstance(content, dict):
+        return {k: v for k, v in content.items() if k not in ("path", "file")}
+    return content
+
+
 class Catalogue:
     """Machines and networks as the shipped profiles describe them (cached per process)."""
 
@@ -151,7 +158,7 @@ class Catalogue:
 def _machine_info(cat: Catalogue, spec: str) -> MachineInfo:
     base, bw = parse_machine_spec(spec)
     m = cat.load_machine(base)
-    content = _plain(m.as_dict() if hasattr(m, "as_dict") else m)
+    content = _portable(_plain(m.as_dict() if hasattr(m, "as_dict") else m))
     bandwidth = float(m.memory.bandwidth) if bw is None else bw
     name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
     return MachineInfo(
@@ -167,7 +174,7 @@ def _machine_info(cat: Catalogue, spec: str) -> MachineInfo:
 @cache
 def _network_info(cat: Catalogue, net_id: str) -> NetworkInfo:
     net = cat.load_network(net_id)
-    content = _plain(net.as_dict() if hasattr(net, "as_dict") else net)
+    content = _portable(_plain(net.as_dict() if hasattr(net, "as_dict") else net))
     seq = getattr(net, "seq_len", None)
     return NetworkInfo(id=net_id, fingerprint=_fingerprint(content), seq_len=int(seq) if seq else None)
 

@@ -1,0 +1,111 @@
+"""``memwall sweep``: run many cases in parallel, resumably, then draw the figures.
+
+With no --machines/--networks/--batches/--checkpoint it runs the default study (see
+:func:`memwall.experiments.sweep.study`); with any of them, the product of the given
+axes (unset axes: every machine, the classic networks, batch 1, no checkpointing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+
+from ..errors import InputError
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Accept both ``--machines a b`` and ``--machines a,b``."""
+    if values is None:
+        return None
+    return [v for item in values for v in item.split(",") if v]
+
+
+def _batches(values: list[str] | None) -> list[int] | None:
+    items = _split(values)
+    if items is None:
+        return None
+    out = []
+    for v in items:
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise InputError(f"batch must be a whole number >= 1, got '{v}'", field="batches") from None
+    return out
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="sweep machines × networks × batches (× checkpointing), in parallel and resumable",
+        description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument("--machines", nargs="+", metavar="ID", help="machine ids or profile paths (BASE@bw=B/s for synthetic)")
+    p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids")
+    p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
+    p.add_argument("--checkpoint", nargs="+", metavar="MODE", help="none, sqrt, selective or every:K")
+    p.add_argument("--updates", choices=("per-example", "minibatch"), help="override updates on every case")
+    p.add_argument("--phase", choices=("train", "forward"), help="override the phase on every case")
+    p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
+    p.add_argument("--executor", default="local", help="local (processes, default) or dask")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="join this Dask scheduler instead of a local cluster")
+    p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
+    p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def build_cases(args: argparse.Namespace, cat=None) -> list:
+    from ..experiments import sweep as sw
+
+    cat = cat or sw.Catalogue()
+    machines = _split(args.machines)
+    networks = _split(args.networks)
+    batches = _batches(args.batches)
+    checkpoints = _split(args.checkpoint)
+    for ck in checkpoints or ():
+        sw.check_checkpoint(ck)
+    if machines is None and networks is None and batches is None and checkpoints is None:
+        cases = sw.study(cat, quick=args.quick)
+    else:
+        known = cat.network_ids()
+        default_nets = [n for n in sw.CLASSICS if n in known]
+        if args.quick:
+            default_nets = default_nets[:3]
+        cases = sw.product(
+            machines if machines is not None else cat.machine_ids(),
+            networks if networks is not None else default_nets,
+            batches if batches is not None else [1],
+            checkpoints if checkpoints is not None else ["none"],
+        )
+    overrides = {k: v for k, v in (("updates", args.updates), ("phase", args.phase)) if v}
+    return [replace(c, **overrides) for c in cases] if overrides else cases
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..experiments import sweep as sw
+
+    cat = sw.Catalogue()
+    sw.check_executor(args.executor, args.jobs, args.scheduler)
+    cases = build_cases(args, cat)
+    sw.validate(cases, cat)  # every argument checked before any case runs
+    start = time.monotonic()
+    result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
+                          catalogue=cat, progress=not args.no_progress)
+    elapsed = time.monotonic() - start
+    print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "
+          f"in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
+    if not args.no_figures:
+        from ..experiments.figures import write_figures
+
+        figs = write_figures(result.out, result.rows)
+        print(f"{len(figs)} figures (PNG and SVG) in {result.out / 'figures'}")
+    if result.failed:
+        for row in result.failed:
+            print(f"failed: {row['machine']} × {row['network']} batch {row['batch']} "
+                  f"({row['checkpoint']}, {row['updates']}, {row['phase']}): {row['error']}", file=sys.stderr)
+        print(f"memwall sweep: {len(result.failed)} of {len(result.rows)} cases failed", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,64 @@
+"""Every figure of the era sweep is written, as PNG and SVG, and is not empty."""
+
+from __future__ import annotations
+
+import pytest
+import test_sweep as ts  # the sweep tests' cases, runner and catalogue (real once the stages exist)
+
+from memwall.experiments import figures as fg
+from memwall.experiments import sweep as sw
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    """A small sweep with data for every simulated figure: per-example, batches, synthetic."""
+    cat = ts.CAT or sw.Catalogue()
+    if ts.REAL:
+        old, new, nets = "vax-11-780", "h100-sxm", ["nettalk", "encoder-8-3-8"]
+        window = sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
+    else:
+        old, new, nets = "vax-780", "h100", ["nettalk", "sonar"]
+        window = sw.product([new], ["gpt2-small"], [1, 4])
+    cases = sw.product([old, "cray-1", new], nets, [1], updates="per-example") + window
+    cases += sw.product(sw.synthetic_machines(cat, new, decades=4, per_decade=1), nets[:1], [1],
+                        updates="per-example")
+    out = tmp_path_factory.mktemp("sweep")
+    res = sw.run_sweep(cases, out, jobs=2, runner=ts.RUNNER, catalogue=ts.CAT, progress=False)
+    assert not res.failed, res.failed
+    return res.rows
+
+
+def fake_ledger():
+    out = []
+    for ck, scale in (("none", 1.0), ("sqrt", 0.15)):
+        for b in (1, 64, 1024, 4096):
+            out.append({"network": "affine-48x1024", "batch": b, "checkpoint": ck, "weights": 2.0e8,
+                        "activations": scale * 2.0e8 * b / 1024, "peak": 4e8 + 2e5 * b})
+    return out
+
+
+def test_every_figure_is_written_and_not_empty(tmp_path, pyplot, rows):
+    machines = fg.machine_table(None if ts.REAL else ts.MACHINES.values())
+    ledger = fg.ledger_table(batches=(1, 64, 1024, 4096)) if ts.REAL else fake_ledger()
+    written = fg.write_figures(tmp_path, rows, machines=machines, ledger=ledger)
+    assert sorted(written) == sorted(fg.NAMES)
+    for name, paths in written.items():
+        assert [p.suffix for p in paths] == [".png", ".svg"]
+        for p in paths:
+            assert p.parent == tmp_path / "figures"
+            assert p.stat().st_size > 5000, f"{p.name} looks empty"
+        svg = paths[1].read_text()
+        assert "No data for this figure" not in svg, f"{name} had no data"
+
+
+def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
+    written = fg.write_figures(tmp_path, [], machines=[], ledger=[])
+    for paths in written.values():
+        assert all(p.stat().st_size > 0 for p in paths)
+        assert "No data for this figure" in paths[1].read_text()
+
+
+def test_growth_rate_fit():
+    years = [2000, 2002, 2004, 2006]
+    assert fg.growth_per_two_years(years, [1, 3, 9, 27]) == pytest.approx(3.0)
+    assert fg.growth_per_two_years(years, [5, 8, 12.8, 20.48]) == pytest.approx(1.6)
