@@ -1,0 +1,25 @@
+"""``memwall report DIR``: one self-contained HTML page of a sweep's figures and tables."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="write a static HTML report of a sweep folder",
+        description="Write DIR/report.html: figures embedded, tables, a section per machine with its "
+        "stall breakdown and provenance. It opens in a browser with no server and no network.",
+    )
+    p.add_argument("dir", metavar="DIR", help="a folder written by `memwall sweep --out DIR`")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: DIR/report.html)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report import build_report
+
+    path = build_report(args.dir, args.output)
+    print(path)
+    return 0

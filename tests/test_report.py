@@ -1,0 +1,63 @@
+"""``memwall report``: one self-contained HTML file that renders, every figure present."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import test_figures as tf
+import test_sweep as ts
+
+from memwall.cli import main
+from memwall.experiments import figures as fg
+from memwall.experiments import sweep as sw
+from memwall.report import build_report
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    res = sw.run_sweep(ts.CASES, out, jobs=2, runner=ts.RUNNER, catalogue=ts.CAT, progress=False)
+    machines = fg.machine_table(None if ts.REAL else ts.MACHINES.values())
+    ledger = fg.ledger_table(batches=(1, 1024, 4096)) if ts.REAL else tf.fake_ledger()
+    fg.write_figures(out, res.rows, machines=machines, ledger=ledger)
+    return out
+
+
+def test_report_is_self_contained(sweep_dir, pyplot):
+    path = build_report(sweep_dir)
+    text = path.read_text()
+    assert text.count("<img class='figure'") == len(fg.NAMES)
+    assert text.count("src='data:image/png;base64,") == len(fg.NAMES)
+    # Nothing to fetch: no http(s) resources, no other files.
+    assert not re.search(r"""(src|href)=['"](https?:|//|[^'"#d])""", text)
+    for row in ts.CASES[:1]:
+        assert f"id='m-{row.machine}'" in text
+
+
+def test_report_command_and_its_error(sweep_dir, tmp_path, capsys):
+    assert main(["report", str(sweep_dir), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 10000
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "no results.json" in capsys.readouterr().err
+
+
+def test_report_renders_in_headless_chromium(sweep_dir, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("headless chromium is not installed (apt-get install chromium)")
+    path = build_report(sweep_dir)
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+         path.resolve().as_uri()],
+        capture_output=True, text=True, timeout=60,
+    )
+    dom = proc.stdout
+    assert "memwall: where backprop" in dom, proc.stderr[-2000:]
+    # The page's own script counts the figures whose images decoded and drew.
+    assert f'data-figures-loaded="{len(fg.NAMES)}"' in dom
+    for name in fg.NAMES:
+        assert f'id="fig-{name}"' in dom
