@@ -273,3 +273,24 @@ def test_synthetic_machines_span_four_decades_of_balance():
     assert len(specs) == 5
     assert balances[0] == pytest.approx(1.0, rel=1e-5)
     assert balances[-1] == pytest.approx(1e4, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--machines", "no-such-machine"], "unknown machine 'no-such-machine'"),
+        (["--machines", "cray-1", "--batches", "0"], "batch must be a whole number >= 1"),
+        (["--machines", "cray-1", "--batches", "two"], "batch must be a whole number >= 1, got 'two'"),
+        (["--machines", "cray-1", "--networks", "nettalk", "--checkpoint", "often"], "unknown checkpointing"),
+        (["--machines", "cray-1", "--jobs", "0"], "--jobs must be >= 1"),
+        (["--machines", "cray-1", "--executor", "slurm"], "unknown executor"),
+    ],
+)
+def test_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys, argv, message):
+    from memwall.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", "--out", str(out), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("memwall sweep: error:") and message in err[0]
+    assert not out.exists()
