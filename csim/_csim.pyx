@@ -1,1 +1,785 @@
-ENGINE_NAME = "placeholder"
+# cython: language_level=3
+"""memwall's cache-hierarchy engine: replays references through set-associative levels.
+
+Owns the C state of a hierarchy (per level: flat arrays of tags, stamps, dirty and
+valid bits, tree-PLRU bits, a seeded generator, the 3C shadows) and the three hot
+loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
+The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
+tests/reference_model.py, which is the oracle these loops are tested against.
+
+No Python object is touched per access and the GIL is released around every loop.
+Code running without the GIL reports trouble in ``engine_t.err``; the caller raises.
+"""
+
+cimport cython
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memset
+
+from _types cimport addr_t, flag_t, index_t, size_t32
+from _structs cimport *
+
+import numpy as np
+
+ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
+
+cdef uint64_t TAG_INVALID = 0xFFFFFFFFFFFFFFFFULL  # tag of an invalid way; see `valid`
+cdef uint64_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFULL    # free slot of a lineset_t
+
+
+# ----------------------------------------------------------------------------- random
+cdef inline uint64_t splitmix64(uint64_t *state) noexcept nogil:
+    # splitmix64 (Steele, Lea, Flood 2014): portable and exactly reproducible in Python.
+    state[0] += 0x9E3779B97F4A7C15ULL
+    cdef uint64_t z = state[0]
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef inline uint64_t hash64(uint64_t x) noexcept nogil:
+    x ^= x >> 33
+    x *= 0xFF51AFD7ED558CCDULL
+    x ^= x >> 33
+    return x
+
+
+# ------------------------------------------------------------------ 3C: seen lines
+cdef int lineset_init(lineset_t *s) noexcept nogil:
+    s.capacity = 1024
+    s.count = 0
+    s.has_empty_key = 0
+    s.keys = <uint64_t *> malloc(s.capacity * sizeof(uint64_t))
+    if s.keys == NULL:
+        return -1
+    memset(s.keys, 0xFF, s.capacity * sizeof(uint64_t))
+    return 0
+
+
+cdef int lineset_grow(lineset_t *s) noexcept nogil:
+    cdef uint64_t old_cap = s.capacity, i, j, mask
+    cdef uint64_t *old = s.keys
+    cdef uint64_t *keys = <uint64_t *> malloc(2 * old_cap * sizeof(uint64_t))
+    if keys == NULL:
+        return -1  # the old table stays valid and owned; __dealloc__ frees it
+    memset(keys, 0xFF, 2 * old_cap * sizeof(uint64_t))
+    mask = 2 * old_cap - 1
+    for i in range(old_cap):
+        if old[i] != EMPTY_KEY:
+            j = hash64(old[i]) & mask
+            while keys[j] != EMPTY_KEY:
+                j = (j + 1) & mask
+            keys[j] = old[i]
+    free(old)
+    s.keys = keys
+    s.capacity = 2 * old_cap
+    return 0
+
+
+cdef bint lineset_add(lineset_t *s, uint64_t key, int *err) noexcept nogil:
+    """Add ``key``; return whether it was there already."""
+    cdef uint64_t j, mask
+    if key == EMPTY_KEY:
+        if s.has_empty_key:
+            return 1
+        s.has_empty_key = 1
+        return 0
+    if 2 * (s.count + 1) > s.capacity:
+        if lineset_grow(s) != 0:
+            err[0] = ERR_NOMEM
+            return 1
+    mask = s.capacity - 1
+    j = hash64(key) & mask
+    while s.keys[j] != EMPTY_KEY:
+        if s.keys[j] == key:
+            return 1
+        j = (j + 1) & mask
+    s.keys[j] = key
+    s.count += 1
+    return 0
+
+
+# -------------------------------------------------- 3C: fully associative LRU shadow
+cdef int fa_init(fa_lru_t *f, int64_t lines) noexcept nogil:
+    cdef uint64_t nslots = 1
+    while nslots < <uint64_t> (2 * lines):
+        nslots <<= 1
+    f.lines = lines
+    f.used = 0
+    f.head = -1
+    f.tail = -1
+    f.slot_mask = nslots - 1
+    f.key = <uint64_t *> malloc(lines * sizeof(uint64_t))
+    f.prev = <int64_t *> malloc(lines * sizeof(int64_t))
+    f.next = <int64_t *> malloc(lines * sizeof(int64_t))
+    f.slots = <int64_t *> malloc(nslots * sizeof(int64_t))
+    if f.key == NULL or f.prev == NULL or f.next == NULL or f.slots == NULL:
+        return -1
+    memset(f.slots, 0xFF, nslots * sizeof(int64_t))  # all -1
+    return 0
+
+
+cdef inline void fa_unlink(fa_lru_t *f, int64_t node) noexcept nogil:
+    if f.prev[node] >= 0:
+        f.next[f.prev[node]] = f.next[node]
+    else:
+        f.head = f.next[node]
+    if f.next[node] >= 0:
+        f.prev[f.next[node]] = f.prev[node]
+    else:
+        f.tail = f.prev[node]
+
+
+cdef inline void fa_push_head(fa_lru_t *f, int64_t node) noexcept nogil:
+    f.prev[node] = -1
+    f.next[node] = f.head
+    if f.head >= 0:
+        f.prev[f.head] = node
+    f.head = node
+    if f.tail < 0:
+        f.tail = node
+
+
+cdef void fa_slot_delete(fa_lru_t *f, uint64_t i) noexcept nogil:
+    # Backward-shift deletion keeps linear probing correct without tombstones.
+    cdef uint64_t j = i, k, mask = f.slot_mask
+    while True:
+        j = (j + 1) & mask
+        if f.slots[j] < 0:
+            break
+        k = hash64(f.key[f.slots[j]]) & mask
+        if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
+            f.slots[i] = f.slots[j]
+            i = j
+    f.slots[i] = -1
+
+
+cdef bint fa_access(fa_lru_t *f, uint64_t line, bint allocate) noexcept nogil:
+    """Look ``line`` up, refresh it on a hit, install it (evicting LRU) on a miss."""
+    cdef uint64_t mask = f.slot_mask
+    cdef uint64_t j = hash64(line) & mask
+    cdef int64_t node
+    while f.slots[j] >= 0:
+        node = f.slots[j]
+        if f.key[node] == line:
+            if f.head != node:
+                fa_unlink(f, node)
+                fa_push_head(f, node)
+            return 1
+        j = (j + 1) & mask
+    if not allocate:
+        return 0
+    if f.used < f.lines:
+        node = f.used
+        f.used += 1
+    else:
+        node = f.tail
+        fa_unlink(f, node)
+        j = hash64(f.key[node]) & mask
+        while f.slots[j] != node:
+            j = (j + 1) & mask
+        fa_slot_delete(f, j)
+    f.key[node] = line
+    j = hash64(line) & mask
+    while f.slots[j] >= 0:
+        j = (j + 1) & mask
+    f.slots[j] = node
+    fa_push_head(f, node)
+    return 0
+
+
+# ------------------------------------------------------------ one level: the policy
+cdef inline uint64_t set_of(level_t *L, uint64_t line) noexcept nogil:
+    if L.sets_pow2:
+        return line & L.set_mask
+    return line % L.sets
+
+
+cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept nogil:
+    cdef uint64_t w
+    for w in range(L.ways):
+        # valid is read only on a tag match: TAG_INVALID is itself a legal line number
+        # (1-byte lines at the top of the address space).
+        if L.tags[base + w] == line and L.valid[base + w]:
+            return <int64_t> w
+    return -1
+
+
+cdef inline void plru_touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
+    # Walk from the root; each node's bit is set to point away from `way`
+    # (0 = the victim is on the left, 1 = on the right).
+    cdef uint8_t *bits = L.plru + set * (L.ways - 1)
+    cdef uint64_t node = 0, lo = 0, n = L.ways, half
+    while n > 1:
+        half = n >> 1
+        if way < lo + half:
+            bits[node] = 1
+            node = 2 * node + 1
+        else:
+            bits[node] = 0
+            node = 2 * node + 2
+            lo += half
+        n = half
+
+
+cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
+    """A hit: LRU refreshes the stamp, PLRU its tree bits; FIFO and random change nothing."""
+    if L.policy == POLICY_LRU:
+        L.clock += 1
+        L.stamp[set * L.ways + way] = L.clock
+    elif L.policy == POLICY_PLRU:
+        plru_touch(L, set, way)
+
+
+cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
+    cdef uint64_t base = set * L.ways, w, best = 0, node = 0, lo = 0, n, half
+    cdef uint64_t oldest
+    cdef uint8_t *bits
+    for w in range(L.ways):
+        if not L.valid[base + w]:
+            return w
+    if L.policy == POLICY_LRU or L.policy == POLICY_FIFO:
+        oldest = L.stamp[base]
+        for w in range(1, L.ways):
+            if L.stamp[base + w] < oldest:
+                oldest = L.stamp[base + w]
+                best = w
+        return best
+    if L.policy == POLICY_RANDOM:
+        return splitmix64(&L.rng) % L.ways
+    bits = L.plru + set * (L.ways - 1)
+    n = L.ways
+    while n > 1:
+        half = n >> 1
+        if bits[node] == 0:
+            node = 2 * node + 1
+        else:
+            node = 2 * node + 2
+            lo += half
+        n = half
+    return lo
+
+
+cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, bint dirty) noexcept nogil:
+    cdef uint64_t idx = set * L.ways + way
+    L.tags[idx] = line
+    L.valid[idx] = 1
+    L.dirty[idx] = dirty
+    L.clock += 1
+    L.stamp[idx] = L.clock  # LRU: last use; FIFO: install time
+    if L.policy == POLICY_PLRU:
+        plru_touch(L, set, way)
+
+
+cdef inline void invalidate(level_t *L, uint64_t idx) noexcept nogil:
+    L.valid[idx] = 0
+    L.dirty[idx] = 0
+    L.tags[idx] = TAG_INVALID
+    if L.mru_valid and L.mru_idx == idx:
+        L.mru_valid = 0
+
+
+cdef inline void classify_ref(level_t *L, uint64_t line, bint hit, bint allocate, int *err) noexcept nogil:
+    cdef bint seen = lineset_add(&L.seen, line, err)
+    cdef bint fa_hit = fa_access(&L.shadow, line, allocate)
+    if not hit:
+        if not seen:
+            L.c.compulsory += 1
+        elif not fa_hit:
+            L.c.capacity += 1
+        else:
+            L.c.conflict += 1
+
+
+# ------------------------------------------------------------ references and levels
+cdef void ref(engine_t *e, int lv, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
+    """A reference of ``size`` bytes at level ``lv`` (main memory when lv == n)."""
+    cdef level_t *L
+    cdef uint64_t line, last, end, lo, hi, line_lo
+    if lv == e.n:
+        if is_write:
+            e.mem.writes += 1
+            e.mem.bytes_written += size
+        else:
+            e.mem.reads += 1
+            e.mem.bytes_read += size
+        return
+    L = &e.levels[lv]
+    end = addr + (size - 1)  # inclusive; the caller guarantees no wrap
+    line = addr >> L.line_shift
+    last = end >> L.line_shift
+    while True:
+        line_lo = line << L.line_shift
+        lo = addr if addr > line_lo else line_lo
+        hi = line_lo + (L.line_bytes - 1)
+        if end < hi:
+            hi = end
+        line_ref(e, lv, line, lo, hi - lo + 1, is_write)
+        if line == last:
+            break
+        line += 1
+
+
+cdef bint back_invalidate(engine_t *e, int j, addr_t addr, uint64_t nbytes) noexcept nogil:
+    """Remove every line of level j inside [addr, addr+nbytes); return whether any was dirty."""
+    cdef level_t *U = &e.levels[j]
+    cdef uint64_t line = addr >> U.line_shift
+    cdef uint64_t last = (addr + (nbytes - 1)) >> U.line_shift
+    cdef uint64_t set, idx
+    cdef int64_t way
+    cdef bint dirty = 0
+    while True:
+        set = set_of(U, line)
+        way = find_way(U, set * U.ways, line)
+        if way >= 0:
+            idx = set * U.ways + <uint64_t> way
+            dirty |= U.dirty[idx]
+            U.c.back_invalidations += 1
+            invalidate(U, idx)
+        if line == last:
+            break
+        line += 1
+    return dirty
+
+
+cdef void evict(engine_t *e, int lv, uint64_t vline, bint vdirty) noexcept nogil:
+    """What leaving level lv does to a victim line (already invalidated there)."""
+    cdef level_t *L = &e.levels[lv]
+    cdef int j
+    if L.inclusion == INCL_INCLUSIVE:
+        # The data of a dirty copy above leaves with the victim: one write-back, here.
+        for j in range(lv):
+            if back_invalidate(e, j, vline << L.line_shift, L.line_bytes):
+                vdirty = 1
+    if lv + 1 < e.n and e.levels[lv + 1].inclusion == INCL_EXCLUSIVE:
+        # Every victim, clean or dirty, moves down into the victim cache.
+        L.c.bytes_out += L.line_bytes
+        if vdirty:
+            L.c.writebacks += 1
+        victim_install(e, lv + 1, vline, vdirty)
+    elif vdirty:
+        L.c.writebacks += 1
+        L.c.bytes_out += L.line_bytes
+        ref(e, lv + 1, vline << L.line_shift, L.line_bytes, 1)
+
+
+cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcept nogil:
+    """Install a victim of the level above into exclusive level lv (not a lookup)."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t set = set_of(L, line), base = set * L.ways, way, idx
+    cdef int64_t found = find_way(L, base, line)
+    cdef uint64_t vline
+    cdef bint vdirty
+    if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
+        idx = base + <uint64_t> found
+        L.dirty[idx] |= dirty
+        touch(L, set, <uint64_t> found)
+        return
+    way = choose_victim(L, set)
+    idx = base + way
+    if L.valid[idx]:
+        vline = L.tags[idx]
+        vdirty = L.dirty[idx]
+        invalidate(L, idx)
+        evict(e, lv, vline, vdirty)
+    install(L, set, way, line, dirty)
+
+
+cdef bint fetch_exclusive(engine_t *e, int lv, uint64_t line) noexcept nogil:
+    """A read reference to ``line`` at exclusive level lv on behalf of the level above.
+
+    A hit moves the line up (it leaves lv, its dirtiness going with it); a miss
+    fetches from below without allocating here. Returns whether the line was dirty.
+    """
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t set = set_of(L, line), idx
+    cdef int64_t way = find_way(L, set * L.ways, line)
+    cdef bint dirty
+    L.c.reads += 1
+    if L.classify:
+        classify_ref(L, line, way >= 0, 1, &e.err)
+    if way >= 0:
+        idx = set * L.ways + <uint64_t> way
+        dirty = L.dirty[idx]
+        invalidate(L, idx)
+        return dirty
+    L.c.read_misses += 1
+    L.c.bytes_in += L.line_bytes
+    ref(e, lv + 1, line << L.line_shift, L.line_bytes, 0)
+    return 0
+
+
+cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
+    """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t set = set_of(L, line)
+    cdef uint64_t base = set * L.ways, idx, way, vline
+    cdef int64_t found = find_way(L, base, line)
+    cdef bint exclusive_below, fill_dirty = 0, vdirty
+    cdef level_t *B
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    if L.classify:
+        classify_ref(L, line, found >= 0, not (is_write and L.write_through), &e.err)
+    L.mru_valid = 0
+    if found >= 0:
+        idx = base + <uint64_t> found
+        touch(L, set, <uint64_t> found)
+        if is_write:
+            if L.write_through:
+                L.c.bytes_out += nbytes
+                ref(e, lv + 1, lo, nbytes, 1)
+            else:
+                L.dirty[idx] = 1
+        if lv == 0 and L.valid[idx] and L.tags[idx] == line:
+            L.mru_valid = 1
+            L.mru_line = line
+            L.mru_idx = idx
+        return
+    if is_write:
+        L.c.write_misses += 1
+        if L.write_through:  # no-write-allocate
+            L.c.bytes_out += nbytes
+            ref(e, lv + 1, lo, nbytes, 1)
+            return
+    else:
+        L.c.read_misses += 1
+    exclusive_below = lv + 1 < e.n and e.levels[lv + 1].inclusion == INCL_EXCLUSIVE
+    if not (is_write and nbytes == L.line_bytes):
+        L.c.bytes_in += L.line_bytes
+        if exclusive_below:
+            fill_dirty = fetch_exclusive(e, lv + 1, line)
+        else:
+            ref(e, lv + 1, line << L.line_shift, L.line_bytes, 0)
+    elif exclusive_below:
+        # A full-line write allocates here without a fetch; the copy below is stale.
+        B = &e.levels[lv + 1]
+        found = find_way(B, set_of(B, line) * B.ways, line)
+        if found >= 0:
+            invalidate(B, set_of(B, line) * B.ways + <uint64_t> found)
+    # Victim choice after the fetch: the fetch may have back-invalidated ways here.
+    way = choose_victim(L, set)
+    idx = base + way
+    if L.valid[idx]:
+        vline = L.tags[idx]
+        vdirty = L.dirty[idx]
+        invalidate(L, idx)
+        evict(e, lv, vline, vdirty)
+    install(L, set, way, line, is_write or fill_dirty)
+    if lv == 0:
+        L.mru_valid = 1
+        L.mru_line = line
+        L.mru_idx = idx
+
+
+@cython.cdivision(True)
+cdef inline void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
+    """One demand access; re-touching the first level's most recent line is counted
+    without a lookup (it changes no replacement, shadow or dirty-bit outcome)."""
+    cdef level_t *L
+    cdef uint64_t line, last, end, lo, hi, line_lo
+    e.accesses += 1
+    if e.n == 0:
+        ref(e, 0, addr, size, is_write)
+        return
+    L = &e.levels[0]
+    end = addr + (size - 1)
+    line = addr >> L.line_shift
+    last = end >> L.line_shift
+    while True:
+        if L.mru_valid and line == L.mru_line and not (is_write and L.write_through):
+            if is_write:
+                L.c.writes += 1
+                L.dirty[L.mru_idx] = 1
+            else:
+                L.c.reads += 1
+        else:
+            line_lo = line << L.line_shift
+            lo = addr if addr > line_lo else line_lo
+            hi = line_lo + (L.line_bytes - 1)
+            if end < hi:
+                hi = end
+            line_ref(e, 0, line, lo, hi - lo + 1, is_write)
+        if line == last:
+            break
+        line += 1
+
+
+cdef void flush_all(engine_t *e) noexcept nogil:
+    cdef int lv
+    cdef uint64_t idx
+    cdef level_t *L
+    for lv in range(e.n):
+        L = &e.levels[lv]
+        for idx in range(L.sets * L.ways):  # set order, then way order
+            if L.valid[idx] and L.dirty[idx]:
+                L.dirty[idx] = 0
+                L.c.writebacks += 1
+                L.c.bytes_out += L.line_bytes
+                ref(e, lv + 1, L.tags[idx] << L.line_shift, L.line_bytes, 1)
+
+
+# ------------------------------------------------------------------- loop nests
+ctypedef struct nest_t:
+    int n_loops
+    const int64_t *counts          # iterations per loop, outermost first
+    const uint32_t *size           # bytes per access
+    const uint8_t *is_write        # per access
+    const int64_t *strides         # bytes, n_access x stride_cols
+    int64_t stride_cols
+    uint64_t *cur                  # current address of each access (wrapping arithmetic)
+    const int64_t *issue           # access ids grouped: before[d] then after[d], d = 0..n_loops
+    const int64_t *issue_start     # issue[issue_start[2d] : issue_start[2d+1]] = before at depth d,
+                                   # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
+    const int64_t *inner           # access ids with depth > d, for each loop d
+    const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]
+
+
+cdef inline void issue_range(engine_t *e, nest_t *ns, int64_t a, int64_t b) noexcept nogil:
+    cdef int64_t j, k
+    for j in range(a, b):
+        k = ns.issue[j]
+        access(e, ns.cur[k], ns.size[k], ns.is_write[k])
+
+
+cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
+    """Issue depth-d 'before' accesses, the iterations of loop d, then depth-d 'after'."""
+    cdef int64_t it, j, k, c
+    cdef int64_t a0, a1, i0, i1, b0, b1
+    issue_range(e, ns, ns.issue_start[2 * d], ns.issue_start[2 * d + 1])
+    if d < ns.n_loops:
+        c = ns.counts[d]
+        i0 = ns.inner_start[d]
+        i1 = ns.inner_start[d + 1]
+        if d == ns.n_loops - 1:
+            # Innermost loop: its body holds no loop, so issue it flat.
+            b0 = ns.issue_start[2 * d + 2]
+            b1 = ns.issue_start[2 * d + 4]
+            for it in range(c):
+                for j in range(b0, b1):
+                    k = ns.issue[j]
+                    access(e, ns.cur[k], ns.size[k], ns.is_write[k])
+                for j in range(i0, i1):
+                    k = ns.inner[j]
+                    ns.cur[k] += <uint64_t> ns.strides[k * ns.stride_cols + d]
+        else:
+            for it in range(c):
+                nest_body(e, ns, d + 1)
+                for j in range(i0, i1):
+                    k = ns.inner[j]
+                    ns.cur[k] += <uint64_t> ns.strides[k * ns.stride_cols + d]
+        for j in range(i0, i1):
+            k = ns.inner[j]
+            ns.cur[k] -= <uint64_t> c * <uint64_t> ns.strides[k * ns.stride_cols + d]
+    issue_range(e, ns, ns.issue_start[2 * d + 1], ns.issue_start[2 * d + 2])
+
+
+# ------------------------------------------------------------------- the owner
+cdef int log2_exact(uint64_t x) noexcept nogil:
+    cdef int s = 0
+    while (1ULL << s) < x:
+        s += 1
+    return s
+
+
+cdef class Engine:
+    """The C state of one hierarchy. Every malloc here is freed in __dealloc__.
+
+    ``levels``: a list of ``(name, size, line, ways, policy, write_through, inclusion,
+    seed)`` with policy 0..3 (lru, fifo, random, plru) and inclusion 0..2 (none,
+    inclusive, exclusive), already validated by memwall.engine.
+    """
+
+    cdef engine_t e
+    cdef object names              # list[str], one per level
+
+    def __cinit__(self, list levels, bint classify=False):
+        cdef int i, n = len(levels)
+        cdef level_t *L
+        cdef uint64_t nways_total, nbits
+        self.names = []
+        memset(&self.e, 0, sizeof(engine_t))
+        if n:
+            self.e.levels = <level_t *> calloc(n, sizeof(level_t))
+            if self.e.levels == NULL:
+                raise MemoryError("cannot allocate the cache levels")
+        self.e.n = n
+        for i in range(n):
+            name, size, line, ways, policy, write_through, inclusion, seed = levels[i]
+            self.names.append(str(name))
+            L = &self.e.levels[i]
+            L.line_bytes = line
+            L.ways = ways
+            L.sets = size // (ways * line)
+            L.line_shift = log2_exact(line)
+            L.sets_pow2 = (L.sets & (L.sets - 1)) == 0
+            L.set_mask = L.sets - 1
+            L.policy = policy
+            L.write_through = write_through
+            L.inclusion = inclusion
+            L.seed = seed
+            L.classify = classify
+            nways_total = L.sets * L.ways
+            nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
+            L.tags = <uint64_t *> malloc(nways_total * sizeof(uint64_t))
+            L.stamp = <uint64_t *> malloc(nways_total * sizeof(uint64_t))
+            L.dirty = <uint8_t *> malloc(nways_total)
+            L.valid = <uint8_t *> malloc(nways_total)
+            L.plru = <uint8_t *> malloc(nbits)
+            if L.tags == NULL or L.stamp == NULL or L.dirty == NULL or L.valid == NULL or L.plru == NULL:
+                raise MemoryError(f"cannot allocate level {name!r}")
+            if classify:
+                if lineset_init(&L.seen) != 0 or fa_init(&L.shadow, <int64_t> nways_total) != 0:
+                    raise MemoryError(f"cannot allocate the 3C shadows of level {name!r}")
+        self._clear()
+
+    def __dealloc__(self):
+        cdef int i
+        cdef level_t *L
+        if self.e.levels == NULL:
+            return
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            free(L.tags)
+            free(L.stamp)
+            free(L.dirty)
+            free(L.valid)
+            free(L.plru)
+            free(L.seen.keys)
+            free(L.shadow.key)
+            free(L.shadow.prev)
+            free(L.shadow.next)
+            free(L.shadow.slots)
+        free(self.e.levels)
+        self.e.levels = NULL
+
+    cdef void _clear(self) noexcept:
+        cdef int i
+        cdef level_t *L
+        cdef uint64_t nways_total, nslots
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            nways_total = L.sets * L.ways
+            memset(L.tags, 0xFF, nways_total * sizeof(uint64_t))
+            memset(L.stamp, 0, nways_total * sizeof(uint64_t))
+            memset(L.dirty, 0, nways_total)
+            memset(L.valid, 0, nways_total)
+            memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
+            L.clock = 0
+            L.rng = L.seed
+            L.mru_valid = 0
+            memset(&L.c, 0, sizeof(counters_t))
+            if L.classify:
+                memset(L.seen.keys, 0xFF, L.seen.capacity * sizeof(uint64_t))
+                L.seen.count = 0
+                L.seen.has_empty_key = 0
+                nslots = L.shadow.slot_mask + 1
+                memset(L.shadow.slots, 0xFF, nslots * sizeof(int64_t))
+                L.shadow.used = 0
+                L.shadow.head = -1
+                L.shadow.tail = -1
+        memset(&self.e.mem, 0, sizeof(memory_t))
+        self.e.accesses = 0
+        self.e.err = ERR_NONE
+
+    def reset(self):
+        """Empty every level and zero every counter, as if newly built."""
+        self._clear()
+
+    def _check(self):
+        if self.e.err == ERR_NOMEM:
+            self.e.err = ERR_NONE
+            raise MemoryError("out of memory growing a 3C shadow; the counters are incomplete")
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def validate(self, const uint64_t[::1] addr, const uint32_t[::1] size):
+        """Index of the first access with size 0 or a range past 2**64, or -1."""
+        cdef Py_ssize_t i, n = addr.shape[0]
+        cdef Py_ssize_t bad = -1
+        with nogil:
+            for i in range(n):
+                if size[i] == 0 or addr[i] + (size[i] - 1) < addr[i]:
+                    bad = i
+                    break
+        return bad
+
+    def replay(self, const uint64_t[::1] addr, const uint32_t[::1] size, const uint8_t[::1] is_write):
+        """Replay explicit accesses (validated by the caller: see ``validate``)."""
+        cdef Py_ssize_t i, n = addr.shape[0]
+        if size.shape[0] != n or is_write.shape[0] != n:
+            raise ValueError("addr, size and is_write must have the same length")
+        with nogil:
+            for i in range(n):
+                access(&self.e, addr[i], size[i], is_write[i] != 0)
+        self._check()
+
+    def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,
+                    const int64_t[:, ::1] strides, const uint32_t[::1] size,
+                    const uint8_t[::1] is_write, const int64_t[::1] issue,
+                    const int64_t[::1] issue_start, const int64_t[::1] inner,
+                    const int64_t[::1] inner_start):
+        """Replay a loop nest in place; the index arrays come from memwall.engine."""
+        cdef nest_t ns
+        cdef Py_ssize_t i, n = base.shape[0]
+        cdef uint64_t[::1] cur = np.array(base, dtype=np.uint64)
+        cdef int64_t dummy64 = 0
+        cdef uint32_t dummy32 = 0
+        cdef uint8_t dummy8 = 0
+        cdef uint64_t dummyu = 0
+        ns.n_loops = counts.shape[0]
+        ns.counts = &counts[0] if counts.shape[0] else &dummy64
+        ns.size = &size[0] if n else &dummy32
+        ns.is_write = &is_write[0] if n else &dummy8
+        ns.strides = &strides[0, 0] if strides.shape[0] else &dummy64
+        ns.stride_cols = strides.shape[1]
+        ns.cur = &cur[0] if n else &dummyu
+        ns.issue = &issue[0] if issue.shape[0] else &dummy64
+        ns.issue_start = &issue_start[0]
+        ns.inner = &inner[0] if inner.shape[0] else &dummy64
+        ns.inner_start = &inner_start[0]
+        with nogil:
+            nest_body(&self.e, &ns, 0)
+        self._check()
+
+    def flush(self):
+        """Write back every dirty line, first level first, set by set, way by way."""
+        with nogil:
+            flush_all(&self.e)
+        self._check()
+
+    def counters(self):
+        """``(levels, memory, accesses)``: per level a tuple in counters_t order."""
+        cdef int i
+        cdef counters_t c
+        out = []
+        for i in range(self.e.n):
+            c = self.e.levels[i].c
+            out.append((self.names[i], c.reads, c.writes, c.read_misses, c.write_misses,
+                        c.compulsory, c.capacity, c.conflict, c.writebacks, c.bytes_in,
+                        c.bytes_out, c.back_invalidations))
+        m = self.e.mem
+        return out, (m.reads, m.writes, m.bytes_read, m.bytes_written), self.e.accesses
+
+    # ---- test hooks: reach state the public API does not show
+    def _test_set_index(self, int level, uint64_t addr):
+        cdef level_t *L = &self.e.levels[level]
+        return set_of(L, addr >> L.line_shift)
+
+    def _test_set_snapshot(self, int level, uint64_t set):
+        """One set's ways: ``[(line or None, dirty), ...]`` in way order."""
+        cdef level_t *L = &self.e.levels[level]
+        cdef uint64_t w, idx
+        out = []
+        for w in range(L.ways):
+            idx = set * L.ways + w
+            out.append((L.tags[idx] if L.valid[idx] else None, bool(L.dirty[idx])))
+        return out
+
+
+def _test_typedefs():
+    """The numpy dtype each C typedef must match (the array contract)."""
+    return {"addr_t": sizeof(addr_t), "size_t32": sizeof(size_t32), "flag_t": sizeof(flag_t),
+            "index_t": sizeof(index_t)}

@@ -1,0 +1,95 @@
+# The engine's state, declared once: enums and structs with units and invariants.
+# (The Engine class and the cdef functions, all `noexcept nogil`, are in _csim.pyx:
+# they cannot fail, and the one failure they can meet, out of memory in a 3C shadow,
+# is reported through engine_t.err and raised by the caller holding the GIL.)
+from _types cimport addr_t, flag_t, index_t, size_t32
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+cdef enum Policy:
+    POLICY_LRU = 0
+    POLICY_FIFO = 1
+    POLICY_RANDOM = 2
+    POLICY_PLRU = 3
+
+cdef enum Inclusion:
+    INCL_NONE = 0
+    INCL_INCLUSIVE = 1    # evicting here back-invalidates the line in every level above
+    INCL_EXCLUSIVE = 2    # victim cache of the level directly above
+
+cdef enum Error:
+    ERR_NONE = 0
+    ERR_NOMEM = 1         # a 3C shadow could not grow
+
+ctypedef struct counters_t:
+    uint64_t reads                 # line lookups by reads
+    uint64_t writes                # line lookups by writes
+    uint64_t read_misses           # lookups
+    uint64_t write_misses          # lookups
+    uint64_t compulsory            # misses (3C, when classifying)
+    uint64_t capacity              # misses
+    uint64_t conflict              # misses
+    uint64_t writebacks            # dirty lines written to the next level
+    uint64_t bytes_in              # bytes fetched from the next level
+    uint64_t bytes_out             # bytes written to the next level
+    uint64_t back_invalidations    # lines removed because a lower inclusive level evicted them
+
+ctypedef struct memory_t:
+    uint64_t reads                 # references reaching main memory
+    uint64_t writes                # references
+    uint64_t bytes_read            # bytes
+    uint64_t bytes_written         # bytes
+
+# An open-addressing set of line numbers: the "seen" half of the 3C model.
+# keys[i] == EMPTY marks a free slot; the key EMPTY itself is kept in has_empty_key.
+ctypedef struct lineset_t:
+    uint64_t *keys                 # line numbers, capacity entries
+    uint64_t capacity              # slots, a power of two
+    uint64_t count                 # keys stored (excluding has_empty_key)
+    bint has_empty_key
+
+# A fully associative LRU cache of `lines` lines: the "capacity" half of the 3C model.
+# Nodes 0..used-1 are live; a doubly linked list runs from head (MRU) to tail (LRU);
+# slots maps hash(line) -> node index, -1 free (linear probing, backward-shift delete).
+ctypedef struct fa_lru_t:
+    uint64_t *key                  # line number per node
+    int64_t *prev                  # node index, -1 at head
+    int64_t *next                  # node index, -1 at tail
+    int64_t *slots                 # node index per hash slot, -1 free
+    uint64_t slot_mask             # hash slots - 1
+    int64_t lines                  # capacity in lines
+    int64_t used                   # live nodes
+    int64_t head                   # MRU node
+    int64_t tail                   # LRU node
+
+ctypedef struct level_t:
+    uint64_t sets                  # sets
+    uint64_t ways                  # lines per set
+    uint64_t line_bytes            # bytes, a power of two
+    int line_shift                 # log2(line_bytes)
+    bint sets_pow2                 # set = line & set_mask, else line % sets
+    uint64_t set_mask              # sets - 1 when sets_pow2
+    int policy                     # Policy
+    bint write_through             # write-through + no-write-allocate, else write-back + allocate
+    int inclusion                  # Inclusion, relative to the level(s) above
+    uint64_t *tags                 # line number per way, sets*ways; TAG_INVALID where !valid
+    uint64_t *stamp                # LRU: last touch; FIFO: install time (per-level clock)
+    uint8_t *dirty                 # per way
+    uint8_t *valid                 # per way
+    uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
+    uint64_t clock                 # ticks once per touch or install
+    uint64_t rng                   # splitmix64 state of the random policy
+    uint64_t seed                  # the level's seed, for reset
+    bint mru_valid                 # fast path: mru_line is resident at mru_idx and is the
+    uint64_t mru_line              #   most recent lookup at this level (first level only)
+    uint64_t mru_idx               # way index into the flat arrays
+    bint classify                  # keep the 3C shadows
+    lineset_t seen
+    fa_lru_t shadow
+    counters_t c
+
+ctypedef struct engine_t:
+    level_t *levels                # n levels, first first
+    int n
+    memory_t mem
+    uint64_t accesses              # demand accesses replayed
+    int err                        # Error, set by nogil code, raised by the caller

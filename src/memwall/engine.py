@@ -1,0 +1,316 @@
+"""The Python face of the cache engine: build a hierarchy, replay, read counters.
+
+Owns: :class:`Hierarchy` (levels checked and handed to ``memwall._csim.Engine``, the
+conversion and validation of arrays and loop nests before they reach C) and the
+counter dataclasses :class:`LevelCounters`, :class:`MemoryCounters` and
+:class:`HierarchyCounters`. The rules of a reference are /ENGINE_SEMANTICS.md; the
+inclusion options are defined in ``tests/reference_model.py``'s docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _csim
+from .errors import InputError
+from .levels import LevelSpec, load_hierarchy_file, parse_level
+from .streams import LoopNest
+
+__all__ = ["Hierarchy", "HierarchyCounters", "LevelCounters", "MemoryCounters", "ENGINE_NAME"]
+
+ENGINE_NAME: str = _csim.ENGINE_NAME
+_POLICY_CODES = {"lru": 0, "fifo": 1, "random": 2, "plru": 3}
+_INCLUSION_CODES = {"none": 0, "inclusive": 1, "exclusive": 2}
+_SIZE_LIMIT = 1 << 32
+
+
+def _subtract(a: Any, b: Any) -> dict[str, Any]:
+    if type(a) is not type(b):
+        return NotImplemented
+    out = {}
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, int) and not isinstance(x, bool):
+            out[f.name] = x - y
+        elif x != y:
+            raise ValueError(f"cannot subtract counters of different things: {f.name} {x!r} vs {y!r}")
+        else:
+            out[f.name] = x
+    return out
+
+
+@dataclass(frozen=True)
+class LevelCounters:
+    """One level's counts; a read or a write is one line lookup."""
+
+    name: str
+    reads: int = 0
+    writes: int = 0
+    read_misses: int = 0
+    write_misses: int = 0
+    compulsory: int = 0  # 3C split of the misses, when the hierarchy classifies
+    capacity: int = 0
+    conflict: int = 0
+    writebacks: int = 0  # dirty lines written to the next level
+    bytes_in: int = 0  # bytes fetched from the next level
+    bytes_out: int = 0  # bytes written to the next level
+    back_invalidations: int = 0  # lines removed because an inclusive level below evicted them
+
+    @property
+    def misses(self) -> int:
+        return self.read_misses + self.write_misses
+
+    @property
+    def lookups(self) -> int:
+        return self.reads + self.writes
+
+    def __sub__(self, other: LevelCounters) -> LevelCounters:
+        out = _subtract(self, other)
+        return out if out is NotImplemented else LevelCounters(**out)
+
+
+@dataclass(frozen=True)
+class MemoryCounters:
+    """References reaching main memory, and their bytes."""
+
+    reads: int = 0
+    writes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def __sub__(self, other: MemoryCounters) -> MemoryCounters:
+        out = _subtract(self, other)
+        return out if out is NotImplemented else MemoryCounters(**out)
+
+
+@dataclass(frozen=True)
+class HierarchyCounters:
+    """Counters of every level (first first) and of main memory; subtract to attribute."""
+
+    levels: list[LevelCounters] = field(default_factory=list)
+    memory: MemoryCounters = field(default_factory=MemoryCounters)
+    accesses: int = 0  # demand accesses replayed
+
+    def __sub__(self, other: HierarchyCounters) -> HierarchyCounters:
+        if not isinstance(other, HierarchyCounters):
+            return NotImplemented
+        if [lv.name for lv in self.levels] != [lv.name for lv in other.levels]:
+            raise ValueError("cannot subtract counters of different hierarchies")
+        return HierarchyCounters(
+            [a - b for a, b in zip(self.levels, other.levels, strict=True)],
+            self.memory - other.memory,
+            self.accesses - other.accesses,
+        )
+
+    def level(self, name: str) -> LevelCounters:
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "levels": [dataclasses.asdict(lv) for lv in self.levels],
+            "memory": dataclasses.asdict(self.memory),
+            "accesses": self.accesses,
+        }
+
+
+def _as_level(item: LevelSpec | Mapping[str, Any]) -> LevelSpec:
+    if isinstance(item, LevelSpec):
+        return item
+    if isinstance(item, Mapping):
+        return parse_level(dict(item))
+    raise InputError(f"a level must be a LevelSpec or a mapping, got {type(item).__name__}", field="level")
+
+
+def check_levels(levels: Sequence[LevelSpec]) -> None:
+    """Refuse what the engine cannot simulate, naming the level and the field."""
+    names = [lv.name for lv in levels]
+    for i, lv in enumerate(levels):
+        where = f"level[{lv.name}]"
+        if lv.software_managed:
+            raise InputError(
+                f"level '{lv.name}' is software-managed (a scratchpad); pass only cache levels "
+                "(e.g. Machine.cache_levels)",
+                field=f"{where}.software_managed",
+            )
+        if names.count(lv.name) > 1:
+            raise InputError(f"level names must be unique; '{lv.name}' repeats", field=where)
+        if lv.inclusion != "none" and i == 0:
+            raise InputError(
+                f"inclusion '{lv.inclusion}' describes a level relative to the levels above it; "
+                f"the first level '{lv.name}' has none",
+                field=f"{where}.inclusion",
+            )
+        if lv.inclusion == "inclusive":
+            for up in levels[:i]:
+                if up.line > lv.line:
+                    raise InputError(
+                        f"inclusive level '{lv.name}' has {lv.line}-byte lines, smaller than the "
+                        f"{up.line}-byte lines of '{up.name}' above it",
+                        field=f"{where}.inclusion",
+                    )
+        if lv.inclusion == "exclusive":
+            up = levels[i - 1]
+            if up.line != lv.line:
+                raise InputError(
+                    f"exclusive level '{lv.name}' needs the line size of '{up.name}' above it "
+                    f"({up.line} B), has {lv.line} B",
+                    field=f"{where}.inclusion",
+                )
+            if up.write != "back-allocate" or lv.write != "back-allocate":
+                raise InputError(
+                    f"an exclusive (victim) level and the level above it must be write-back; "
+                    f"'{up.name}' is {up.write}, '{lv.name}' is {lv.write}",
+                    field=f"{where}.inclusion",
+                )
+
+
+class Hierarchy:
+    """A cache hierarchy in the engine, first level first, and its counters.
+
+    >>> from memwall.levels import LevelSpec
+    >>> h = Hierarchy([LevelSpec("L1", 32 * 1024, 64, 8)])
+    >>> h.replay(np.array([0, 8, 64], np.uint64), np.array([8, 8, 8], np.uint32), np.zeros(3, np.uint8))
+    >>> h.counters().levels[0].read_misses
+    2
+    """
+
+    def __init__(self, levels: Iterable[LevelSpec | Mapping[str, Any]], classify: bool = False) -> None:
+        specs = [_as_level(lv) for lv in levels]
+        check_levels(specs)
+        self.levels: tuple[LevelSpec, ...] = tuple(specs)
+        self.classify = bool(classify)
+        self._engine = _csim.Engine(
+            [
+                (
+                    lv.name, lv.size, lv.line, lv.ways, _POLICY_CODES[lv.policy],
+                    lv.write == "through-noallocate", _INCLUSION_CODES[lv.inclusion], lv.seed,
+                )
+                for lv in specs
+            ],
+            self.classify,
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path, classify: bool = False) -> Hierarchy:
+        """Build from a hierarchy file of ``[[level]]`` tables."""
+        return cls(load_hierarchy_file(path), classify=classify)
+
+    def __repr__(self) -> str:
+        desc = ", ".join(f"{lv.name} {lv.size}B/{lv.ways}w/{lv.line}B {lv.policy}" for lv in self.levels)
+        return f"Hierarchy([{desc}], classify={self.classify})"
+
+    # ---- replay
+    def replay(self, addr: Any, size: Any, is_write: Any) -> None:
+        """Replay explicit accesses (whole or one chunk of a longer trace).
+
+        ``addr`` uint64, ``size`` uint32 (1 .. 2**32-1), ``is_write`` uint8 or bool;
+        other integer dtypes are converted after a range check.
+        """
+        a, s, w = as_trace_arrays(addr, size, is_write)
+        bad = self._engine.validate(a, s)
+        if bad >= 0:
+            if s[bad] == 0:
+                raise InputError(f"access {bad}: size must be at least 1 byte", field="size")
+            raise InputError(
+                f"access {bad}: address {int(a[bad]):#x} + size {int(s[bad])} wraps past 2**64",
+                field="addr",
+            )
+        self._engine.replay(a, s, w)
+
+    def replay_nest(self, nest: LoopNest) -> None:
+        """Replay a loop nest, expanded inside C without the GIL (no trace memory)."""
+        if not isinstance(nest, LoopNest):
+            raise InputError(f"replay_nest takes a LoopNest, got {type(nest).__name__}")
+        self._engine.replay_nest(*_nest_program(nest))
+
+    def replay_file(self, path: str | Path, format: str | None = None, *, chunk: int = 1 << 18,
+                    progress: Any = None) -> None:
+        """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks."""
+        from .traces import read_trace
+
+        for a, s, w in read_trace(path, format, chunk=chunk):
+            self.replay(a, s, w)
+            if progress is not None:
+                progress(len(a))
+
+    def flush(self) -> None:
+        """Write back every dirty line, first level first (ENGINE_SEMANTICS 'Flush')."""
+        self._engine.flush()
+
+    def reset(self) -> None:
+        """Empty every level and zero the counters."""
+        self._engine.reset()
+
+    def counters(self) -> HierarchyCounters:
+        levels, mem, accesses = self._engine.counters()
+        return HierarchyCounters(
+            [LevelCounters(*row) for row in levels], MemoryCounters(*mem), int(accesses)
+        )
+
+
+def as_trace_arrays(addr: Any, size: Any, is_write: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's contiguous ``uint64, uint32, uint8`` arrays, or an InputError saying why not."""
+    out = []
+    for name, value, dtype, high in (
+        ("addr", addr, np.uint64, 1 << 64),
+        ("size", size, np.uint32, _SIZE_LIMIT),
+        ("is_write", is_write, np.uint8, 2),
+    ):
+        arr = np.asarray(value)
+        if arr.ndim != 1:
+            raise InputError(f"must be one-dimensional, got shape {arr.shape}", field=name)
+        if arr.dtype != dtype:
+            if arr.dtype == np.bool_:
+                arr = arr.astype(dtype)
+            elif not np.issubdtype(arr.dtype, np.integer):
+                if arr.size == 0:
+                    arr = arr.astype(dtype)
+                else:
+                    raise InputError(f"must be integers, got dtype {arr.dtype}", field=name)
+            elif arr.size:
+                lo, hi = int(arr.min()), int(arr.max())
+                if lo < 0 or hi >= high:
+                    raise InputError(f"values must lie in 0 .. {high - 1}, found {lo} .. {hi}", field=name)
+        out.append(np.ascontiguousarray(arr, dtype=dtype))
+    if not (len(out[0]) == len(out[1]) == len(out[2])):
+        raise InputError(f"addr, size and is_write differ in length: {len(out[0])}, {len(out[1])}, {len(out[2])}")
+    return out[0], out[1], out[2]
+
+
+def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:
+    """The flat arrays ``Engine.replay_nest`` walks: which accesses issue where."""
+    arr = nest.as_arrays()
+    n_loops = len(nest.counts)
+    depth = arr["depth"].astype(np.int64)
+    after = arr["after"].astype(bool)
+    issue: list[int] = []
+    issue_start = [0]
+    for d in range(n_loops + 1):
+        for flag in (False, True):
+            issue.extend(int(i) for i in np.flatnonzero((depth == d) & (after == flag)))
+            issue_start.append(len(issue))
+    inner: list[int] = []
+    inner_start = [0]
+    for d in range(n_loops):
+        inner.extend(int(i) for i in np.flatnonzero(depth > d))
+        inner_start.append(len(inner))
+    return (
+        np.ascontiguousarray(arr["counts"], dtype=np.int64),
+        np.ascontiguousarray(arr["base"], dtype=np.uint64),
+        np.ascontiguousarray(arr["strides"], dtype=np.int64),
+        np.ascontiguousarray(arr["size"], dtype=np.uint32),
+        np.ascontiguousarray(arr["is_write"], dtype=np.uint8),
+        np.asarray(issue, dtype=np.int64),
+        np.asarray(issue_start, dtype=np.int64),
+        np.asarray(inner, dtype=np.int64),
+        np.asarray(inner_start, dtype=np.int64),
+    )
