@@ -278,7 +278,7 @@ def test_machines_subcommand_can_be_extended() -> None:
 
     parser = argparse.ArgumentParser()
     cli_machines.register(parser.add_subparsers())
-    extra = cli_machines.add_machines_command("detect", "detect this machine (test)")
+    extra = cli_machines.add_machines_command("test-extra", "an extra action (test)")
     extra.set_defaults(func=lambda args: 0)
-    args = parser.parse_args(["machines", "detect"])
+    args = parser.parse_args(["machines", "test-extra"])
     assert args.func(args) == 0
