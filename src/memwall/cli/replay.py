@@ -1,0 +1,106 @@
+"""``memwall replay``: replay a trace file through a cache hierarchy and print the counts.
+
+Owns only the command line; :mod:`memwall.engine` simulates and :mod:`memwall.traces`
+reads the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from ..errors import InputError
+from ..traces import FORMATS
+
+_CLASSIFY_KEYS = ("compulsory", "capacity", "conflict")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a trace file through a cache hierarchy",
+        description=(
+            "Replay a trace (DineroIV din, extended din 'r|w addr size', valgrind lackey, or "
+            "an npz of addr/size/is_write; gzip accepted) through the cache levels of a "
+            "hierarchy file or a machine profile, and print per-level counts."
+        ),
+    )
+    p.add_argument("trace", metavar="TRACE", help="the trace file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hierarchy", metavar="FILE.toml", help="a file of [[level]] tables")
+    src.add_argument("--machine", metavar="ID", help="a machine profile: replay through its cache levels")
+    p.add_argument("--format", choices=FORMATS, help="trace format (default: from the file name)")
+    p.add_argument("--flush", action="store_true", help="write back every dirty line at the end")
+    p.add_argument("--classify", action="store_true", help="split misses into compulsory/capacity/conflict")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_replay)
+
+
+def _levels(args: argparse.Namespace) -> list[Any]:
+    if args.hierarchy:
+        from ..levels import load_hierarchy_file
+
+        return load_hierarchy_file(args.hierarchy)
+    try:
+        from ..profiles import load_machine
+    except ImportError as err:
+        raise InputError(f"machine profiles are not available in this build: {err}", field="--machine") from None
+    return list(load_machine(args.machine).cache_levels)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ..engine import Hierarchy
+    from ..traces import guess_format
+
+    fmt = args.format or guess_format(args.trace)
+    hierarchy = Hierarchy(_levels(args), classify=args.classify)
+    start = time.perf_counter()
+    # tqdm's disable=None: a progress bar only when stderr is a terminal.
+    with tqdm(unit=" acc", unit_scale=True, file=sys.stderr, disable=None, mininterval=0.5,
+              desc="replay") as bar:
+        hierarchy.replay_file(args.trace, fmt, progress=bar.update)
+        if args.flush:
+            hierarchy.flush()
+    seconds = time.perf_counter() - start
+    counters = hierarchy.counters()
+    result = counters.as_dict()
+    if not args.classify:
+        for level in result["levels"]:
+            for key in _CLASSIFY_KEYS:
+                level.pop(key)
+    result["seconds"] = seconds
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+    else:
+        print(_table(result, args.classify))
+    return 0
+
+
+def _table(result: dict[str, Any], classify: bool) -> str:
+    cols = ["reads", "writes", "read_misses", "write_misses"]
+    cols += list(_CLASSIFY_KEYS) if classify else []
+    cols += ["writebacks", "bytes_in", "bytes_out"]
+    if any(lv["back_invalidations"] for lv in result["levels"]):
+        cols.append("back_invalidations")
+    names = [lv["name"] for lv in result["levels"]] + ["memory"]
+    width = max(8, *(len(n) for n in names))
+    widths = [max(len(c), *(len(f"{lv[c]:,}") for lv in result["levels"])) for c in cols]
+    lines = [f"{'level':<{width}}  " + "  ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True))]
+    for lv in result["levels"]:
+        cells = "  ".join(f"{lv[c]:>{w},}" for c, w in zip(cols, widths, strict=True))
+        miss = lv["read_misses"] + lv["write_misses"]
+        look = lv["reads"] + lv["writes"]
+        rate = f"  miss rate {miss / look:.4f}" if look else ""
+        lines.append(f"{lv['name']:<{width}}  {cells}{rate}")
+    m = result["memory"]
+    lines.append(f"{'memory':<{width}}  reads {m['reads']:,}  writes {m['writes']:,}  "
+                 f"bytes_read {m['bytes_read']:,}  bytes_written {m['bytes_written']:,}")
+    rate = result["accesses"] / result["seconds"] / 1e6 if result["seconds"] > 0 else 0.0
+    lines.append(f"{result['accesses']:,} accesses in {result['seconds']:.3f} s ({rate:.1f} M/s)")
+    return "\n".join(lines)
