@@ -1,0 +1,270 @@
+"""Check memwall against the machine it runs on: real NumPy training steps, timed, beside
+memwall's prediction for the same steps on the host's detected profile.
+
+    python experiments/host_check.py --out results/host          # a few minutes
+    python experiments/host_check.py --out /tmp/hc --quick       # seconds
+    python experiments/host_check.py --out results/host --profile host.toml   # reuse a profile
+
+Cases: per-example NETtalk (the 1986 way: an update after every example); NETtalk in
+mini-batches; affine stacks of width 1024 at batch 1 … 16384 (fewer layers at large
+batches, so every step stays affordable: per-layer work is what is compared); and stacks
+of width 4096, whose 64 MiB weight matrices overflow the last-level cache. Each step is
+forward, backward and an SGD update in fp32 (memwall.host.NumpyMLP), timed after a
+warm-up as the median of several repeats. The prediction is ``run_case`` on the profile
+``memwall machines detect`` wrote (schedule ``blocked``, which is what OpenBLAS runs);
+nothing in the model is tuned to these timings.
+
+Writes to --out: host_check.csv and .json (one row per case), host_check.png and .svg
+(measured against predicted seconds per step; achieved FLOP/s against batch with each
+side's knee), and host.toml (the profile used), unless --profile names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwall import host
+from memwall.errors import InputError
+from memwall.profiles import Machine, load_machine_file
+
+# A step is "compute-bound" (the knee) from the smallest batch whose achieved rate reaches
+# this fraction of the profile's peak, for measured and predicted alike.
+KNEE_FRACTION = 0.5
+# Per-step FLOPs the affine stacks are allowed before their depth is cut (keeps the run short).
+STEP_FLOP_BUDGET = 2.5e10
+
+
+@dataclass(frozen=True)
+class HostCase:
+    series: str  # the line this case belongs to in the figure
+    network: str  # preset id or path
+    spec: host.MLPSpec
+    batch: int
+    updates: str  # per-example | minibatch
+
+
+def _affine_network(out: Path, depth: int, width: int) -> str:
+    """A preset file for a stack of ``depth`` square affine layers (written to --out:
+    output of this run, like the affine-48x1024 preset but with fewer layers)."""
+    ident = f"affine-{depth}x{width}"
+    path = out / "networks" / f"{ident}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    layers = ", ".join([str(width)] * (depth + 1))
+    path.write_text(
+        f'id = "{ident}"\nname = "{depth} square affine layers of width {width} (host check)"\n'
+        f'kind = "mlp"\nyear = 2024\nstatus = "synthetic"\ndtype = "fp32"\n'
+        f'source = "experiments/host_check.py: affine-48x1024 with {depth} layers of width {width}"\n'
+        f'notes = "No bias, no nonlinearity, no loss kernel: the output gradient is supplied."\n\n'
+        f'[mlp]\nlayers = [{layers}]\nbias = false\nactivation = "identity"\nloss = "none"\n',
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def _spec_of(network: str) -> host.MLPSpec:
+    from memwall.networks import load_network
+
+    net = load_network(network)
+    if net.kind != "mlp":
+        raise InputError(f"host check runs MLPs only; {network} is {net.kind}")
+    return host.MLPSpec(tuple(net.layers), bool(net.bias), net.activation, net.loss)
+
+
+def cases(out: Path, quick: bool) -> list[HostCase]:
+    found: list[HostCase] = []
+    nettalk = _spec_of("nettalk")
+    for b in ([1, 16] if quick else [1, 16, 256]):
+        found.append(HostCase("NETtalk per-example", "nettalk", nettalk, b, "per-example"))
+    for b in ([64] if quick else [64, 1024, 16384]):
+        found.append(HostCase("NETtalk mini-batch", "nettalk", nettalk, b, "minibatch"))
+    width = 256 if quick else 1024
+    batches = [1, 64, 1024] if quick else [1, 4, 16, 64, 256, 1024, 4096, 16384]
+    for b in batches:
+        depth = max(1, min(48 if not quick else 4, int(STEP_FLOP_BUDGET / (6 * b * width * width))))
+        net = _affine_network(out, depth, width)
+        found.append(HostCase(f"affine width {width}", net, _spec_of(net), b, "minibatch"))
+    if not quick:
+        # 64 MiB of fp32 weights per layer: twice the stated L3, so every step streams them.
+        for b in [1, 16, 256, 1024]:
+            depth = max(1, min(2, int(STEP_FLOP_BUDGET / (6 * b * 4096 * 4096))))
+            net = _affine_network(out, depth, 4096)
+            found.append(HostCase("affine width 4096 (weights > LLC)", net, _spec_of(net), b, "minibatch"))
+    return found
+
+
+def measure(case: HostCase, quick: bool) -> host.StepTime:
+    model = host.NumpyMLP(case.spec, case.batch)
+    per_example = case.updates == "per-example"
+    return host.time_step(lambda: model.run(per_example), min_repeats=3, max_repeats=15 if not quick else 5,
+                          budget=0.05 if quick else 0.6, warmup=1 if quick else 2)
+
+
+def predict(case: HostCase, machine: Machine) -> dict[str, Any]:
+    from memwall.simulate import Case, run_case
+
+    return run_case(Case(machine=str(machine.path), network=case.network, batch=case.batch,
+                         updates=case.updates, dtype="fp32"), machine=machine)
+
+
+def knee(rows: list[dict[str, Any]], key: str, peak: float) -> int | None:
+    """Smallest batch from which the achieved rate stays at or above KNEE_FRACTION of peak."""
+    ordered = sorted(rows, key=lambda r: r["batch"])
+    for i, r in enumerate(ordered):
+        if all(s[key] is not None and s[key] >= KNEE_FRACTION * peak for s in ordered[i:]):
+            return r["batch"]
+    return None
+
+
+def run(out: Path, quick: bool = False, profile: str | None = None) -> dict[str, Any]:
+    """Detect (or load) the profile, measure and predict every case, write the outputs."""
+    out.mkdir(parents=True, exist_ok=True)
+    if profile is None:
+        detected = host.detect(quick=quick, verbose=True)
+        profile_path = host.write_profile(detected, out / "host.toml")
+    else:
+        profile_path = Path(profile)
+    machine = load_machine_file(profile_path)
+    peak = machine.peak_flops["fp32"]
+    rows: list[dict[str, Any]] = []
+    prediction_error: str | None = None
+    for case in cases(out, quick):
+        timed = measure(case, quick)
+        row: dict[str, Any] = {
+            "series": case.series, "network": Path(case.network).stem, "layers": len(case.spec.layers) - 1,
+            "width": max(case.spec.layers), "batch": case.batch, "updates": case.updates,
+            "measured_s": timed.median, "measured_best_s": timed.best, "repeats": timed.repeats,
+        }
+        try:
+            result = predict(case, machine)
+        except (ImportError, NotImplementedError) as err:  # a stage not built yet: say so, keep measuring
+            prediction_error = f"{type(err).__name__}: {err}"
+            result = None
+        if result is not None:
+            row.update({
+                "flops": result["flops"], "predicted_s": result["seconds"],
+                "ratio": result["seconds"] / timed.median,
+                "ratio_best": result["seconds"] / timed.best,
+                "predicted_bound": result["bound"], "predicted_stall_fraction": result["stall_fraction"],
+                "measured_flops": result["flops"] / timed.median,
+                "predicted_flops": result["achieved_flops"],
+            })
+        else:
+            row.update({"flops": None, "predicted_s": None, "ratio": None, "ratio_best": None, "predicted_bound": None,
+                        "predicted_stall_fraction": None, "measured_flops": None, "predicted_flops": None})
+        rows.append(row)
+        ratio = f"{row['ratio']:.3g}" if row["ratio"] is not None else "n/a"
+        print(f"{case.series:36} batch {case.batch:6}  measured {timed.median:.4g} s  "
+              f"predicted {row['predicted_s'] or float('nan'):.4g} s  ratio {ratio}  {row['predicted_bound']}",
+              flush=True)
+
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    affine = [r for r in rows if r["series"].startswith("affine width") and "LLC" not in r["series"]]
+    summary = {
+        "profile": str(profile_path), "machine": machine.id, "peak_fp32": peak,
+        "memory_bandwidth": machine.memory.bandwidth, "quick": quick, "knee_fraction": KNEE_FRACTION,
+        "median_ratio": float(np.median(ratios)) if ratios else None,
+        "worst_ratio": max(ratios, key=lambda x: abs(math.log(x))) if ratios else None,
+        # Against the fastest repeat: other processes on a shared host slow some repeats.
+        "median_ratio_best": float(np.median([r["ratio_best"] for r in rows if r["ratio_best"]])) if ratios else None,
+        "worst_ratio_best": max((r["ratio_best"] for r in rows if r["ratio_best"]),
+                                key=lambda x: abs(math.log(x))) if ratios else None,
+        "load_average": _loadavg(),
+        "measured_knee": knee(affine, "measured_flops", peak) if ratios else None,
+        "predicted_knee": knee(affine, "predicted_flops", peak) if ratios else None,
+        "predicted_compute_bound_from": next((r["batch"] for r in sorted(affine, key=lambda r: r["batch"])
+                                              if r["predicted_bound"] == "compute"), None),
+        "prediction_error": prediction_error,
+    }
+    _write(out, rows, summary)
+    return {"rows": rows, "summary": summary}
+
+
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (other work on the host skews the timings)."""
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+def _write(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    with open(out / "host_check.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "host_check.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    if any(r["predicted_s"] is not None for r in rows):
+        _figure(out, rows, summary)
+
+
+def _figure(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    series = sorted({r["series"] for r in rows})
+    colors = dict(zip(series, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    lo = min(min(r["measured_s"], r["predicted_s"]) for r in rows if r["predicted_s"])
+    hi = max(max(r["measured_s"], r["predicted_s"]) for r in rows if r["predicted_s"])
+    left.plot([lo / 2, hi * 2], [lo / 2, hi * 2], color="grey", lw=0.8, label="predicted = measured")
+    for s in series:
+        pts = [r for r in rows if r["series"] == s and r["predicted_s"]]
+        left.scatter([r["measured_s"] for r in pts], [r["predicted_s"] for r in pts], color=colors[s], label=s)
+        for r in pts:
+            left.annotate(str(r["batch"]), (r["measured_s"], r["predicted_s"]), fontsize=7,
+                          xytext=(3, 3), textcoords="offset points")
+    left.set(xscale="log", yscale="log", xlabel="measured seconds per step (median)",
+             ylabel="predicted seconds per step", title="memwall on this host (labels: batch)")
+    left.legend(fontsize=7)
+    peak = summary["peak_fp32"]
+    for s in series:
+        pts = sorted((r for r in rows if r["series"] == s and r["predicted_s"]), key=lambda r: r["batch"])
+        if len(pts) < 2 or s.startswith("NETtalk per"):
+            continue
+        b = [r["batch"] for r in pts]
+        right.plot(b, [r["measured_flops"] for r in pts], "o-", color=colors[s], label=f"{s}, measured")
+        right.plot(b, [r["predicted_flops"] for r in pts], "s--", color=colors[s], label=f"{s}, predicted")
+    right.axhline(peak, color="black", lw=0.8, label=f"detected fp32 peak {peak / 1e9:.3g} GFLOP/s")
+    right.axhline(KNEE_FRACTION * peak, color="black", lw=0.5, ls=":", label=f"{KNEE_FRACTION:.0%} of peak")
+    for key, ls in (("measured_knee", "-"), ("predicted_knee", "--")):
+        if summary[key]:
+            right.axvline(summary[key], color="grey", ls=ls, lw=0.8,
+                          label=f"{key.split('_')[0]} knee: batch {summary[key]}")
+    right.set(xscale="log", yscale="log", xlabel="batch (examples per step)", ylabel="achieved FLOP/s",
+              title="where steps turn compute-bound")
+    right.legend(fontsize=7)
+    fig.text(0.01, 0.01, f"profile: memwall machines detect ({summary['machine']}); median predicted/measured "
+             f"{summary['median_ratio']:.3g}, worst {summary['worst_ratio']:.3g}", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"host_check.{ext}", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder for the table, the figure and the profile")
+    parser.add_argument("--quick", action="store_true", help="a seconds-long run: fewer, smaller cases")
+    parser.add_argument("--profile", help="a profile from 'memwall machines detect' (default: detect now)")
+    args = parser.parse_args(argv)
+    result = run(Path(args.out), quick=args.quick, profile=args.profile)
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["HostCase", "cases", "knee", "main", "run"]

@@ -1,0 +1,59 @@
+"""``memwall machines detect``: describe and measure this host, and write its profile.
+
+Owns only the command line; :mod:`memwall.host` reads the system, measures and writes.
+It adds itself under ``memwall machines`` through the hook ``register_machines`` (see
+:mod:`memwall.cli.machines`); it adds no top-level subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .. import host, profiles
+
+
+def register(subparsers: Any) -> None:
+    """No top-level subcommand: detect lives under ``memwall machines``."""
+
+
+def register_machines(sub: Any) -> None:
+    p = sub.add_parser(
+        "detect",
+        help="profile this host: caches from the OS, measured peak, bandwidth and latency",
+        description=(
+            "Read this host's caches and clock from the operating system, measure peak FLOP/s "
+            "(NumPy matrix product, fp32 and fp64), bandwidth (STREAM-like copy and triad, per "
+            "level and main memory) and latency (pointer chase), and write a profile that "
+            "'memwall machines validate' accepts. Under a minute; --quick takes seconds."
+        ),
+    )
+    p.add_argument("--out", metavar="FILE", help="write the profile here (and FILE.json with the raw "
+                                                 "measurements); without it, print the profile")
+    p.add_argument("--id", default="host", help="the profile's id (default: host)")
+    p.add_argument("--quick", action="store_true", help="every measurement, smaller and shorter (seconds)")
+    p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
+    p.set_defaults(func=cmd_detect)
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    detected = host.detect(quick=args.quick, verbose=not args.json, root=host.SYS_CPU)
+    if args.out:
+        path = host.write_profile(detected, args.out, args.id)
+        errors = profiles.validate_paths([path])
+        for err in errors:
+            print(str(err), file=sys.stderr)
+        if not args.json:
+            print(host.summary(detected))
+            print(f"wrote {path} ({'INVALID' if errors else 'valid'}) and {path}.json")
+        if errors:
+            return 1
+    elif not args.json:
+        print(host.summary(detected), file=sys.stderr)
+        print(host.profile_toml(detected, args.id))
+    if args.json:
+        json.dump(detected.as_dict(), sys.stdout, indent=1, default=str)
+        print()
+    return 0
