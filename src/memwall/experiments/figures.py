@@ -355,8 +355,8 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]], width: int | None = 
                 ms=3, label=label)
     if width:
         ax.axvline(width, color="#555555", ls=":", lw=1)
-        ax.annotate(f"batch = width = {width}", (width, ax.get_ylim()[0]), fontsize=7, rotation=90,
-                    xytext=(3, 10), textcoords="offset points")
+        ax.text(width * 1.08, 0.03, f"batch = width = {width}", fontsize=7, rotation=90, va="bottom",
+                transform=ax.get_xaxis_transform())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch (examples)")
@@ -364,8 +364,8 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]], width: int | None = 
     ax.set_title(f"{net}: saved activations overtake parameters as the batch grows")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
-    _finish(fig, _sources("Capacity ledger of memwall's training step (peak live bytes per tensor class); "
-                          "no simulation needed."))
+    _finish(fig, f"Capacity ledger of memwall {MODEL_VERSION}'s training step (live bytes per tensor class at "
+            f"the step's peak), from the {net} network preset in era_data/networks; no simulation needed.")
     return fig
 
 
