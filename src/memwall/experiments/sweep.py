@@ -44,6 +44,8 @@ LARGE = "affine-48x1024"
 WINDOW_NETWORK = "gpt2-small"
 
 MODERN_KINDS = ("gpu", "tpu", "wafer")
+# The batch window is drawn for a few modern machines, one line each, so it stays legible.
+WINDOW_MACHINES = ("v100-sxm2", "a100-sxm", "h100-sxm", "b200", "mi300x", "tpu-v4", "tpu-v5p")
 CHECKPOINTS = ("none", "sqrt", "selective")
 UPDATES = ("per-example", "minibatch")
 PHASES = ("train", "forward")
@@ -214,6 +216,14 @@ def _modern(cat: Catalogue, ids: Sequence[str]) -> list[str]:
     return [i for i in ids if cat.machine(i).kind in MODERN_KINDS]
 
 
+def _window_machines(cat: Catalogue, modern: Sequence[str], most: int = 6) -> list[str]:
+    """The named representatives that are shipped, else the newest modern machines."""
+    named = [i for i in WINDOW_MACHINES if i in modern][:most]
+    if named:
+        return named
+    return sorted(modern, key=lambda i: (cat.machine(i).year, i))[-most:]
+
+
 def _synthetic_base(cat: Catalogue, ids: Sequence[str]) -> str | None:
     """The compute engine for the synthetic sweep: an H100 if shipped, else the newest GPU."""
     gpus = [i for i in ids if cat.machine(i).kind == "gpu"] or list(ids)
@@ -257,9 +267,10 @@ def study(cat: Catalogue | None = None, *, quick: bool = False) -> list[Case]:
     cases = product(machines, classics + large, [1], updates="per-example")
     if WINDOW_NETWORK in networks and modern:
         batches = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128]
-        cases += product(modern, [WINDOW_NETWORK], batches, seq_len=16)
+        window = _window_machines(cat, modern, most=1 if quick else 6)
+        cases += product(window, [WINDOW_NETWORK], batches, seq_len=16)
     if large and modern:
-        cases += product(modern[-1:], large, [64, 1024] if quick else [16, 256, 1024, 4096],
+        cases += product(_window_machines(cat, modern, most=1), large, [64, 1024] if quick else [16, 256, 1024, 4096],
                          ["none", "sqrt"])
     base = _synthetic_base(cat, modern or machines)
     if base:
