@@ -23,7 +23,6 @@ import numpy as np
 
 ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 
-cdef uint64_t TAG_INVALID = 0xFFFFFFFFFFFFFFFFULL  # tag of an invalid way; see `valid`
 cdef uint64_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFULL    # free slot of a lineset_t
 
 
@@ -198,9 +197,9 @@ cdef inline uint64_t set_of(level_t *L, uint64_t line) noexcept nogil:
 cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept nogil:
     cdef uint64_t w
     for w in range(L.ways):
-        # valid is read only on a tag match: TAG_INVALID is itself a legal line number
-        # (1-byte lines at the top of the address space).
-        if L.tags[base + w] == line and L.valid[base + w]:
+        # A way is valid iff its stamp is non-zero; an invalid way's tag is 0, itself a
+        # legal line number, so the stamp is read on a tag match.
+        if L.tags[base + w] == line and L.stamp[base + w] != 0:
             return <int64_t> w
     return -1
 
@@ -235,16 +234,18 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
     cdef uint64_t base = set * L.ways, w, best = 0, node = 0, lo = 0, n, half
     cdef uint64_t oldest
     cdef uint8_t *bits
-    for w in range(L.ways):
-        if not L.valid[base + w]:
-            return w
     if L.policy == POLICY_LRU or L.policy == POLICY_FIFO:
+        # Invalid ways have stamp 0, so the first smallest stamp is the lowest invalid
+        # way when there is one: 'invalid first' comes for free.
         oldest = L.stamp[base]
         for w in range(1, L.ways):
             if L.stamp[base + w] < oldest:
                 oldest = L.stamp[base + w]
                 best = w
         return best
+    for w in range(L.ways):
+        if L.stamp[base + w] == 0:
+            return w
     if L.policy == POLICY_RANDOM:
         return splitmix64(&L.rng) % L.ways
     bits = L.plru + set * (L.ways - 1)
@@ -263,7 +264,6 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
 cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, bint dirty) noexcept nogil:
     cdef uint64_t idx = set * L.ways + way
     L.tags[idx] = line
-    L.valid[idx] = 1
     L.dirty[idx] = dirty
     L.clock += 1
     L.stamp[idx] = L.clock  # LRU: last use; FIFO: install time
@@ -272,9 +272,9 @@ cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, 
 
 
 cdef inline void invalidate(level_t *L, uint64_t idx) noexcept nogil:
-    L.valid[idx] = 0
+    L.stamp[idx] = 0
     L.dirty[idx] = 0
-    L.tags[idx] = TAG_INVALID
+    L.tags[idx] = 0
     if L.mru_valid and L.mru_idx == idx:
         L.mru_valid = 0
 
@@ -377,7 +377,7 @@ cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcep
         return
     way = choose_victim(L, set)
     idx = base + way
-    if L.valid[idx]:
+    if L.stamp[idx] != 0:
         vline = L.tags[idx]
         vdirty = L.dirty[idx]
         invalidate(L, idx)
@@ -433,7 +433,7 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
                 ref(e, lv + 1, lo, nbytes, 1)
             else:
                 L.dirty[idx] = 1
-        if lv == 0 and L.valid[idx] and L.tags[idx] == line:
+        if lv == 0 and L.stamp[idx] != 0 and L.tags[idx] == line:
             L.mru_valid = 1
             L.mru_line = line
             L.mru_idx = idx
@@ -462,7 +462,7 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
     # Victim choice after the fetch: the fetch may have back-invalidated ways here.
     way = choose_victim(L, set)
     idx = base + way
-    if L.valid[idx]:
+    if L.stamp[idx] != 0:
         vline = L.tags[idx]
         vdirty = L.dirty[idx]
         invalidate(L, idx)
@@ -514,7 +514,7 @@ cdef void flush_all(engine_t *e) noexcept nogil:
     for lv in range(e.n):
         L = &e.levels[lv]
         for idx in range(L.sets * L.ways):  # set order, then way order
-            if L.valid[idx] and L.dirty[idx]:
+            if L.stamp[idx] != 0 and L.dirty[idx]:
                 L.dirty[idx] = 0
                 L.c.writebacks += 1
                 L.c.bytes_out += L.line_bytes
@@ -623,17 +623,18 @@ cdef class Engine:
             L.classify = classify
             nways_total = L.sets * L.ways
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
-            L.tags = <uint64_t *> malloc(nways_total * sizeof(uint64_t))
-            L.stamp = <uint64_t *> malloc(nways_total * sizeof(uint64_t))
-            L.dirty = <uint8_t *> malloc(nways_total)
-            L.valid = <uint8_t *> malloc(nways_total)
-            L.plru = <uint8_t *> malloc(nbits)
-            if L.tags == NULL or L.stamp == NULL or L.dirty == NULL or L.valid == NULL or L.plru == NULL:
+            # calloc: an empty level is all zeros, and the OS hands out zero pages lazily,
+            # so a 32 MiB level costs nothing until its sets are used.
+            L.tags = <uint64_t *> calloc(nways_total, sizeof(uint64_t))
+            L.stamp = <uint64_t *> calloc(nways_total, sizeof(uint64_t))
+            L.dirty = <uint8_t *> calloc(nways_total, 1)
+            L.plru = <uint8_t *> calloc(nbits, 1)
+            if L.tags == NULL or L.stamp == NULL or L.dirty == NULL or L.plru == NULL:
                 raise MemoryError(f"cannot allocate level {name!r}")
             if classify:
                 if lineset_init(&L.seen) != 0 or fa_init(&L.shadow, <int64_t> nways_total) != 0:
                     raise MemoryError(f"cannot allocate the 3C shadows of level {name!r}")
-        self._clear()
+        self._clear(False)
 
     def __dealloc__(self):
         cdef int i
@@ -645,7 +646,6 @@ cdef class Engine:
             free(L.tags)
             free(L.stamp)
             free(L.dirty)
-            free(L.valid)
             free(L.plru)
             free(L.seen.keys)
             free(L.shadow.key)
@@ -655,18 +655,18 @@ cdef class Engine:
         free(self.e.levels)
         self.e.levels = NULL
 
-    cdef void _clear(self) noexcept:
+    cdef void _clear(self, bint arrays) noexcept:
         cdef int i
         cdef level_t *L
         cdef uint64_t nways_total, nslots
         for i in range(self.e.n):
             L = &self.e.levels[i]
             nways_total = L.sets * L.ways
-            memset(L.tags, 0xFF, nways_total * sizeof(uint64_t))
-            memset(L.stamp, 0, nways_total * sizeof(uint64_t))
-            memset(L.dirty, 0, nways_total)
-            memset(L.valid, 0, nways_total)
-            memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
+            if arrays:  # fresh from calloc they are zero already
+                memset(L.tags, 0, nways_total * sizeof(uint64_t))
+                memset(L.stamp, 0, nways_total * sizeof(uint64_t))
+                memset(L.dirty, 0, nways_total)
+                memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             L.clock = 0
             L.rng = L.seed
             L.mru_valid = 0
@@ -686,7 +686,7 @@ cdef class Engine:
 
     def reset(self):
         """Empty every level and zero every counter, as if newly built."""
-        self._clear()
+        self._clear(True)
 
     def _check(self):
         if self.e.err == ERR_NOMEM:
@@ -775,7 +775,7 @@ cdef class Engine:
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w
-            out.append((L.tags[idx] if L.valid[idx] else None, bool(L.dirty[idx])))
+            out.append((L.tags[idx] if L.stamp[idx] != 0 else None, bool(L.dirty[idx])))
         return out
 
 

@@ -71,10 +71,10 @@ ctypedef struct level_t:
     int policy                     # Policy
     bint write_through             # write-through + no-write-allocate, else write-back + allocate
     int inclusion                  # Inclusion, relative to the level(s) above
-    uint64_t *tags                 # line number per way, sets*ways; TAG_INVALID where !valid
-    uint64_t *stamp                # LRU: last touch; FIFO: install time (per-level clock)
-    uint8_t *dirty                 # per way
-    uint8_t *valid                 # per way
+    uint64_t *tags                 # line number per way, sets*ways; 0 where invalid
+    uint64_t *stamp                # LRU: last touch; FIFO: install time (per-level clock,
+                                   #   from 1); 0 <=> the way is invalid, for every policy
+    uint8_t *dirty                 # per way; 0 where invalid
     uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
     uint64_t clock                 # ticks once per touch or install
     uint64_t rng                   # splitmix64 state of the random policy
