@@ -1,0 +1,528 @@
+"""Lowering: each kernel of a step becomes the compact affine access streams the engine replays.
+
+Owns: :class:`Lowered` and :func:`lower`, one loop shape per schedule family (the
+machine profile's ``ScheduleSpec``). Every access names its tensor, so per-tensor
+bytes can be checked against closed forms; ``LoopNest.expand()`` gives the explicit
+accesses. Operand layouts follow :mod:`memwall.workloads.step`: ``C[M x N] = A . B``
+row-major, ``trans`` marks an operand stored transposed, ``batch`` products laid one
+after another.
+
+Families:
+
+* ``scalar`` - plain loops as 1980s C or Fortran wrote them: a dot product per output
+  (``for i, for j: for k: load A, load B; store C``), an outer product when K = 1, and
+  at batch 1 the product is a matrix-vector loop (the M loop disappears). Elementwise
+  kernels touch one element per access.
+* ``vector`` - strip-mined along N to ``vector_length`` (default 64, the Cray-1); up to
+  ``vector_registers - 2`` (default 8 - 2) result strips stay in registers while K runs,
+  so each scalar A element is loaded once per group of strips. A strip of a transposed
+  B is a strided vector load: it appears as its elements, one access each.
+  ``vector_instructions`` counts strips issued: per K step, each strip's load, multiply
+  and add (chained or not), plus its store.
+* ``blocked`` - BLIS-style: loops jc (``nc``), pc (``kc``), ic (``mc``), jr (``nr``), ir
+  (``mr``), p; B panels and A blocks are packed into a scratch region (zero-padded to
+  whole micro-panels, as BLIS does); the micro-kernel loads an mr- and an nr-wide sliver
+  per p and loads and stores its C micro-tile once per kc panel. Defaults:
+  ``micro_tile = [4, 4], kc = 256, mc = 128, nc = 4096``. Remainder blocks are separate
+  nests issued after the full blocks.
+* ``tiled`` - thread-block / systolic tiles staged in a software-managed level. The
+  engine sees only the L2 / main-memory traffic of tile loads. Tiles run ``units`` at a
+  time (default 132) in waves shaped as near-square groups of output tiles (the
+  rasterisation swizzle GPU libraries use for L2 locality). Approximation: within a
+  wave, staging absorbs reuse inside a tile and the L2 absorbs reuse across the wave's
+  tiles, so a wave loads the union of its tiles' A rows and B columns once per K chunk
+  (``tile_k`` rounded up to 32 KiB of K: coarse enough to keep a GPT-3 layer to a few million accesses), then writes its C block. Edge waves (ragged M,
+  N, batch) run after the full ones. Elementwise kernels stream every tensor in 64 KiB
+  chunks in lockstep. Fused attention streams, per head, Q once and K, V once in
+  chunks (a head's query tiles run in one wave and share K, V through the L2; GQA heads
+  of a group re-read their K, V); its backward streams K, V once and Q, dO, O, dQ per
+  chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from ..profiles import ScheduleSpec
+from ..streams import Access, LoopNest
+from .allocator import SCRATCH_BASE, TensorRef
+from .config import DTYPE_BYTES
+from .step import Kernel
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "scalar": {},
+    "vector": {"vector_length": 64, "vector_registers": 8},
+    "blocked": {"micro_tile": [4, 4], "kc": 256, "mc": 128, "nc": 4096},
+    "tiled": {"tile_m": 128, "tile_n": 128, "tile_k": 64, "units": 132, "staging": None},
+}
+TILED_CHUNK = 64 * 1024  # bytes per tensor per access of tiled elementwise streams
+TILED_K_BYTES = 32 * 1024  # a K chunk of a tiled product covers at least this many bytes of a row
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """The streams of one kernel run (``kernel.repeat`` is applied by the caller)."""
+
+    nests: list[LoopNest]
+    vector_instructions: int
+    notes: str
+
+    @property
+    def n_accesses(self) -> int:
+        return sum(n.n_accesses for n in self.nests)
+
+    def bytes_by_tensor(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nests:
+            for k, v in n.bytes_by_tensor().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def accesses_by_tensor(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nests:
+            for a in n.accesses:
+                out[a.tensor] = out.get(a.tensor, 0) + n.times(a)
+        return out
+
+    def line_lookups(self, line_bytes: int) -> int:
+        """Lines touched, access by access (what the engine looks up), analytically."""
+        total = 0
+        for n in self.nests:
+            for a in n.accesses:
+                if all(s % line_bytes == 0 for s in a.strides) or a.size >= line_bytes * 4:
+                    lines = _lines(a.base, a.size, line_bytes)
+                else:  # misaligned strides: the exact count varies; bound it by the worst case
+                    lines = -(-a.size // line_bytes) + 1 if a.size > 1 else 1
+                total += n.times(a) * lines
+        return total
+
+
+def _lines(addr: int, size: int, line: int) -> int:
+    return (addr + size - 1) // line - addr // line + 1
+
+
+def params_of(schedule: ScheduleSpec) -> dict[str, Any]:
+    if schedule.family not in DEFAULTS:
+        raise InputError(f"unknown schedule family {schedule.family!r}; one of {', '.join(DEFAULTS)}", field="schedule.family")
+    p = dict(DEFAULTS[schedule.family])
+    p.update({k: v for k, v in dict(schedule.params).items() if v is not None})
+    return p
+
+
+def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lowered:
+    """The access streams of one run of ``kernel`` on a machine with this schedule."""
+    p = params_of(schedule)
+    fam = schedule.family
+    if kernel.op in ("gemm", "gemv"):
+        return {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
+                "tiled": _gemm_tiled}[fam](kernel, p)
+    if kernel.op == "attention":
+        return _attention(kernel, p, fam)
+    return _elementwise(kernel, p, fam, line_bytes)
+
+
+# ---- operand geometry -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Operands:
+    e: int
+    m: int
+    n: int
+    k: int
+    a: TensorRef
+    b: TensorRef
+    c: TensorRef
+    # byte strides: A along m and k, B along k and n, C along m and n, and per batch item
+    am: int
+    ak: int
+    bk: int
+    bn: int
+    cm: int
+    cn: int
+    ab: int
+    bb: int
+    cb: int
+
+
+def _ops(kernel: Kernel) -> _Operands:
+    assert kernel.dims is not None
+    m, n, k = kernel.dims
+    e = DTYPE_BYTES[kernel.dtype]
+    a, b = kernel.reads[0], kernel.reads[1]
+    c = kernel.writes[0]
+    ta, tb = kernel.trans
+    am, ak = (e, m * e) if ta else (k * e, e)
+    bk, bn = (e, k * e) if tb else (n * e, e)
+    return _Operands(e, m, n, k, a, b, c, am, ak, bk, bn, n * e, e, m * k * e, k * n * e, m * n * e)
+
+
+def _drop_unit_loops(counts: list[int], accesses: list[Access], label: str) -> LoopNest:
+    """Remove loops of count 1 (their index is always 0), keeping addresses the same."""
+    keep = [i for i, c in enumerate(counts) if c != 1]
+    out = []
+    for a in accesses:
+        strides = tuple(a.strides[i] for i in keep if i < a.depth)
+        out.append(Access(a.base, strides, a.size, a.is_write, a.after, a.tensor))
+    return LoopNest(tuple(counts[i] for i in keep), tuple(out), label)
+
+
+# ---- scalar ---------------------------------------------------------------------------------------
+def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    o = _ops(kernel)
+    na, nb, nc = o.a.name, o.b.name, o.c.name
+    if o.k == 1:  # outer product: a[i] held in a register across the j loop
+        counts = [kernel.batch, o.m, o.n]
+        acc = [
+            Access(o.a.addr, (o.ab, o.am), o.e, tensor=na),
+            Access(o.b.addr, (o.bb, 0, o.bn), o.e, tensor=nb),
+            Access(o.c.addr, (o.cb, o.cm, o.cn), o.e, is_write=True, tensor=nc),
+        ]
+        note = "scalar outer product"
+    else:
+        counts = [kernel.batch, o.m, o.n, o.k]
+        acc = [
+            Access(o.a.addr, (o.ab, o.am, 0, o.ak), o.e, tensor=na),
+            Access(o.b.addr, (o.bb, 0, o.bn, o.bk), o.e, tensor=nb),
+            Access(o.c.addr, (o.cb, o.cm, o.cn), o.e, is_write=True, after=True, tensor=nc),
+        ]
+        note = "scalar matrix-vector loop (a dot product per output)" if o.m == 1 else "scalar dot product per output"
+    return Lowered([_drop_unit_loops(counts, acc, kernel.name)], 0, note)
+
+
+# ---- vector ---------------------------------------------------------------------------------------
+def _gemm_vector(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    o = _ops(kernel)
+    vl, regs = int(p["vector_length"]), int(p["vector_registers"])
+    u_max = max(1, regs - 2)  # two registers stream the B strip and the product
+    full, rem = divmod(o.n, vl)
+    groups, left = divmod(full, u_max)
+    nests: list[LoopNest] = []
+    instr = 0
+    plans = []
+    if groups:
+        plans.append((groups, [vl] * u_max, 0))
+    widths = [vl] * left + ([rem] if rem else [])
+    if widths:
+        plans.append((1, widths, groups * u_max * vl))
+    for count, ws, col0 in plans:
+        step = sum(ws)
+        counts = [kernel.batch, o.m, count, o.k]
+        acc = [Access(o.a.addr, (o.ab, o.am, 0, o.ak), o.e, tensor=o.a.name)]
+        stores = []
+        off = 0
+        for w in ws:
+            base_b = o.b.addr + (col0 + off) * o.bn
+            if o.bn == o.e:  # unit stride: one vector load
+                acc.append(Access(base_b, (o.bb, 0, step * o.bn, o.bk), w * o.e, tensor=o.b.name))
+            stores.append(Access(o.c.addr + (col0 + off) * o.cn, (o.cb, o.cm, step * o.cn), w * o.e, is_write=True,
+                                 after=True, tensor=o.c.name))
+            off += w
+        nest_acc = acc + stores
+        if o.bn != o.e:  # strided B strips: their elements, one access each, in an inner loop
+            counts_s = counts + [max(ws)]
+            strided = []
+            off = 0
+            for w in ws:
+                if w == max(ws):
+                    strided.append(Access(o.b.addr + (col0 + off) * o.bn, (o.bb, 0, step * o.bn, o.bk, o.bn), o.e,
+                                          tensor=o.b.name))
+                else:  # a short strip: an unrolled run of its own elements
+                    strided.extend(Access(o.b.addr + (col0 + off + t) * o.bn, (o.bb, 0, step * o.bn, o.bk), o.e,
+                                          tensor=o.b.name) for t in range(w))
+                off += w
+            nest_acc = acc + strided + stores
+            nests.append(_drop_unit_loops(counts_s, nest_acc, kernel.name))
+        else:
+            nests.append(_drop_unit_loops(counts, nest_acc, kernel.name))
+        runs = kernel.batch * o.m * count
+        instr += runs * (o.k * 3 * len(ws) + len(ws))
+    note = f"vector: strips of {vl}, {u_max} result strips held in registers"
+    if o.m == 1:
+        note += "; batch 1: a matrix-vector product"
+    return Lowered(nests, instr, note)
+
+
+# ---- blocked --------------------------------------------------------------------------------------
+def _splits(n: int, block: int) -> list[tuple[int, int, int]]:
+    """(count, size, start) of the full blocks and the remainder block of a dimension."""
+    full, rem = divmod(n, block)
+    out = []
+    if full:
+        out.append((full, block, 0))
+    if rem:
+        out.append((1, rem, full * block))
+    return out
+
+
+def _gemm_blocked(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    o = _ops(kernel)
+    mr, nr = (int(x) for x in p["micro_tile"])
+    kc, mc, nc = int(p["kc"]), int(p["mc"]), int(p["nc"])
+    e = o.e
+    bp_base = SCRATCH_BASE  # packed B panel (kc x nc), then the packed A block (mc x kc)
+    ap_base = SCRATCH_BASE + kc * (-(-nc // nr) * nr) * e + 4096
+    nests = []
+    for (jn, jw, j0), (pn, pw, p0), (iN, iw, i0) in itertools.product(
+        _splits(o.n, nc), _splits(o.k, kc), _splits(o.m, mc)
+    ):
+        # a block whose width is not a multiple of the micro-tile uses the largest one dividing it,
+        # so no micro-tile reaches past C (at batch 1 this makes mr = 1: a matrix-vector loop)
+        mr_, nr_ = _divisor_at_most(iw, mr), _divisor_at_most(jw, nr)
+        nr_count, mr_count = jw // nr_, iw // mr_
+        counts = [kernel.batch, jn, pn, iN, nr_count, mr_count, pw]
+        base_a = o.a.addr + i0 * o.am + p0 * o.ak
+        base_b = o.b.addr + p0 * o.bk + j0 * o.bn
+        base_c = o.c.addr + i0 * o.cm + j0 * o.cn
+        acc: list[Access] = []
+        # pack B: kc x nc panel, row by row along its contiguous direction
+        b_size, pack_b_loop = (jw * e, pw) if o.bn == e else (pw * e, jw)
+        acc.append(Access(base_b, (o.bb, nc * o.bn, kc * o.bk), b_size, tensor=o.b.name))
+        acc.append(Access(bp_base, (0, 0, 0), pw * jw * e, is_write=True, tensor="pack.B"))
+        # pack A: mc x kc block
+        if o.ak == e:
+            a_size, a_loop = pw * e, iw
+        else:
+            a_size, a_loop = iw * e, pw
+        acc.append(Access(base_a, (o.ab, 0, kc * o.ak, mc * o.am), a_size, tensor=o.a.name))
+        acc.append(Access(ap_base, (0, 0, 0, 0), pw * iw * e, is_write=True, tensor="pack.A"))
+        # micro-kernel
+        acc.append(Access(ap_base, (0, 0, 0, 0, 0, mr_ * pw * e, mr_ * e), mr_ * e, tensor="pack.A"))
+        acc.append(Access(bp_base, (0, 0, 0, 0, nr_ * pw * e, 0, nr_ * e), nr_ * e, tensor="pack.B"))
+        for r in range(mr_):
+            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * e,
+                              tensor=o.c.name, after=True))
+        for r in range(mr_):
+            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * e,
+                              is_write=True, after=True, tensor=o.c.name))
+        nest = LoopNest(tuple(counts), tuple(acc), kernel.name)
+        # the packing copies are rows of a panel: spread them over an extra loop of their own
+        nests.extend(_split_packing(nest, pack_b_loop, a_loop, o, e, nc, kc, mc))
+    note = f"blocked: micro-tile {mr}x{nr}, kc {kc}, mc {mc}, nc {nc}; packed panels zero-padded"
+    if o.m == 1:
+        note += "; batch 1: a matrix-vector product (mc holds one row)"
+    return Lowered(nests, 0, note)
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _split_packing(nest: LoopNest, b_rows: int, a_rows: int, o: _Operands, e: int, nc: int, kc: int,
+                   mc: int) -> list[LoopNest]:
+    """Give the packing copies their row loops: the copy of a panel is ``rows`` accesses.
+
+    A LoopNest has one loop per depth, so the B panel copy (at the pc depth) and the A
+    block copy (at the ic depth) become nests of their own, issued before the
+    micro-kernel nest of the same blocks: the order inside a block is kept, the
+    interleaving across blocks is not (the packed buffers are reused, so this only moves
+    when the operand panels are read).
+    """
+    counts = list(nest.counts)
+    acc = list(nest.accesses)
+    rb, wb, ra, wa = acc[0], acc[1], acc[2], acc[3]
+    b_row_stride = o.bk if o.bn == e else o.bn
+    a_row_stride = o.am if o.ak == e else o.ak
+    pack_b = LoopNest(
+        tuple(counts[:3]) + (b_rows,),
+        (
+            Access(rb.base, rb.strides + (b_row_stride,), rb.size, tensor=rb.tensor),
+            Access(wb.base, (0, 0, 0, wb.size // b_rows), wb.size // b_rows, is_write=True, tensor=wb.tensor),
+        ),
+        nest.label + ".packB",
+    )
+    pack_a = LoopNest(
+        tuple(counts[:4]) + (a_rows,),
+        (
+            Access(ra.base, ra.strides + (a_row_stride,), ra.size, tensor=ra.tensor),
+            Access(wa.base, (0, 0, 0, 0, wa.size // a_rows), wa.size // a_rows, is_write=True, tensor=wa.tensor),
+        ),
+        nest.label + ".packA",
+    )
+    micro = LoopNest(nest.counts, tuple(acc[4:]), nest.label)
+    return [pack_b, pack_a, micro]
+
+
+# ---- tiled --------------------------------------------------------------------------------------
+def _wave_shape(tiles_m: int, tiles_n: int, batch: int, units: int) -> tuple[int, int, int]:
+    """(batch items, tile rows, tile columns) of a wave: near square, at most ``units`` tiles."""
+    per = tiles_m * tiles_n
+    if per <= units:
+        return min(batch, max(1, units // per)), tiles_m, tiles_n
+    wm = min(tiles_m, max(1, math.isqrt(units)))
+    wn = min(tiles_n, max(1, units // wm))
+    wm = min(tiles_m, max(1, units // wn))
+    return 1, wm, wn
+
+
+def _operand_block(ref: TensorRef, base: int, rows: int, chunk: int, row_stride: int, k_stride: int,
+                   e: int) -> list[Access]:
+    """The accesses loading ``rows`` output-side rows by a K chunk of ``chunk`` (base at k = 0)."""
+    if k_stride == e:  # rows contiguous along K: one access per row
+        return [Access(base + r * row_stride, (), chunk * e, tensor=ref.name) for r in range(rows)]
+    # K-major: one access per K step, covering the block's rows
+    return [Access(base + kk * k_stride, (), rows * e, tensor=ref.name) for kk in range(chunk)]
+
+
+def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    o = _ops(kernel)
+    tm, tn, tk, units = int(p["tile_m"]), int(p["tile_n"]), int(p["tile_k"]), int(p["units"])
+    e = o.e
+    kch = tk * max(1, -(-TILED_K_BYTES // (tk * e)))
+    tiles_m, tiles_n = -(-o.m // tm), -(-o.n // tn)
+    wb, wm, wn = _wave_shape(tiles_m, tiles_n, kernel.batch, units)
+    nests = []
+    for (bn_, bw, b0), (rn, rw, r0), (cn, cw, c0) in itertools.product(
+        _splits(kernel.batch, wb), _splits(o.m, wm * tm), _splits(o.n, wn * tn)
+    ):
+        kfull, krem = divmod(o.k, kch)
+        counts = [bn_, rn, cn, kfull]
+        acc: list[Access] = []
+        tail: list[Access] = []
+        for bi in range(bw):
+            a0 = o.a.addr + (b0 + bi) * o.ab + r0 * o.am
+            b_0 = o.b.addr + (b0 + bi) * o.bb + c0 * o.bn
+            for chunk, into, k0, depth in ((kch, acc, 0, 4), (krem, tail, kfull * kch, 3)):
+                if not chunk or (depth == 4 and not kfull):
+                    continue
+                for a in _operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e):
+                    s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
+                    into.append(Access(a.base, s, a.size, after=depth == 3, tensor=a.tensor))
+                for b in _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, e):
+                    s = (bw * o.bb, 0, wn * tn * o.bn) + ((kch * o.bk,) if depth == 4 else ())
+                    into.append(Access(b.base, s, b.size, after=depth == 3, tensor=b.tensor))
+        stores = []
+        for bi in range(bw):
+            c_0 = o.c.addr + (b0 + bi) * o.cb + r0 * o.cm + c0 * o.cn
+            for r in range(rw):
+                stores.append(Access(c_0 + r * o.cm, (bw * o.cb, wm * tm * o.cm, wn * tn * o.cn), cw * e,
+                                     is_write=True, after=True, tensor=o.c.name))
+        nests.append(LoopNest(tuple(counts), tuple(acc + tail + stores), kernel.name))
+    note = (f"tiled: {tm}x{tn} tiles, waves of {wb}x{wm}x{wn} tiles (of {units} units), K chunks of {kch}; "
+            "the engine sees each wave's union of tile loads")
+    if o.m == 1:
+        note += "; batch 1: a matrix-vector product"
+    return Lowered(nests, 0, note)
+
+
+# ---- attention (fused) ---------------------------------------------------------------------------
+def _attention(kernel: Kernel, p: Mapping[str, Any], fam: str) -> Lowered:
+    pr = kernel.params
+    e = DTYPE_BYTES[kernel.dtype]
+    heads = kernel.batch
+    group = int(pr["kv_group"])
+    s, dk, dv = int(pr["seq"]), int(pr["dk"]), int(pr["dv"])
+    outer = heads // group
+    if fam == "tiled":
+        chunk = max(1, int(p["tile_n"]))
+    elif fam == "vector":
+        chunk = int(p["vector_length"])
+    elif fam == "blocked":
+        chunk = max(1, int(p["kc"]))
+    else:
+        chunk = 1
+    kfull, krem = divmod(s, chunk)
+    if pr.get("backward"):
+        q, k, v, o, do, lse = kernel.reads
+        dq, dk_, dv_ = kernel.writes
+    else:
+        q, k, v = kernel.reads
+        o, lse = kernel.writes
+    qs, ks, vs = s * dk * e, s * dk * e, s * dv * e  # bytes of one head's Q, K, V
+    counts = [outer, group, kfull]
+    acc: list[Access] = []
+    tail: list[Access] = []
+
+    if not pr.get("backward"):
+        acc.append(Access(q.addr, (qs * group, qs), qs, tensor=q.name))
+        for ref, row, per in ((k, dk, ks), (v, dv, vs)):
+            hs = (per, 0, chunk * row * e)
+            acc.append(Access(ref.addr, hs, chunk * row * e, tensor=ref.name))
+            if krem:
+                tail.append(Access(ref.addr + kfull * chunk * row * e, hs[:2], krem * row * e, after=True, tensor=ref.name))
+        tail.append(Access(o.addr, (s * dv * e * group, s * dv * e), s * dv * e, is_write=True, after=True, tensor=o.name))
+        tail.append(Access(lse.addr, (s * 4 * group, s * 4), s * 4, is_write=True, after=True, tensor=lse.name))
+    else:
+        # K, V of the head stay staged; Q, dO, O and dQ stream by chunks of rows
+        acc_pre = [Access(k.addr, (ks, 0), ks, tensor=k.name), Access(v.addr, (vs, 0), vs, tensor=v.name)]
+        acc.extend(acc_pre)
+        for ref, row, wr in ((q, dk, False), (do, dv, False), (o, dv, False), (dq, dk, False), (dq, dk, True)):
+            acc.append(Access(ref.addr, (s * row * e * group, s * row * e, chunk * row * e), chunk * row * e,
+                              is_write=wr, tensor=ref.name))
+            if krem:
+                tail.append(Access(ref.addr + kfull * chunk * row * e, (s * row * e * group, s * row * e), krem * row * e,
+                                   is_write=wr, after=True, tensor=ref.name))
+        acc.append(Access(lse.addr, (s * 4 * group, s * 4), s * 4, tensor=lse.name))
+        tail.append(Access(dk_.addr, (ks * group, ks), ks, is_write=True, after=True, tensor=dk_.name))
+        tail.append(Access(dv_.addr, (vs * group, vs), vs, is_write=True, after=True, tensor=dv_.name))
+        # K and V are per KV head (stride 0 across the group); the dK, dV written per query head
+        acc[0] = Access(k.addr, (ks, 0), ks, tensor=k.name)
+        acc[1] = Access(v.addr, (vs, 0), vs, tensor=v.name)
+    depth2 = [a for a in acc if a.depth <= 2]
+    depth3 = [a for a in acc if a.depth == 3]
+    if kfull == 0:
+        depth3 = []
+    nest = LoopNest(tuple(counts), tuple(depth2 + depth3 + tail), kernel.name)
+    note = f"fused attention, {heads} heads of {s} tokens in chunks of {chunk}; K, V shared by {group} heads"
+    vec = 0
+    if fam == "vector":
+        vec = heads * -(-s // chunk) * 6
+    return Lowered([nest], vec, note)
+
+
+# ---- elementwise, softmax, reductions, updates --------------------------------------------------
+def _elementwise(kernel: Kernel, p: Mapping[str, Any], fam: str, line_bytes: int) -> Lowered:
+    n = kernel.elements
+    rows = kernel.dims[0] if kernel.dims else 1
+    cols = n // rows if rows else n
+    refs = [(r, False) for r in kernel.reads] + [(w, True) for w in kernel.writes]
+    main, bcast, other = [], [], []
+    for r, wr in refs:
+        if r.name in kernel.broadcast and r.bytes % cols == 0:
+            bcast.append((r, wr, r.bytes // cols))
+        elif r.bytes % n == 0 and r.bytes >= n:
+            main.append((r, wr, r.bytes // n))
+        else:
+            other.append((r, wr))
+    esz = max([x[2] for x in main + bcast] or [1])
+    if fam == "scalar":
+        ce = 1
+    elif fam == "vector":
+        ce = int(p["vector_length"])
+    elif fam == "blocked":
+        ce = max(1, line_bytes // esz)
+    else:
+        ce = max(1, TILED_CHUNK // esz)
+    nests: list[LoopNest] = []
+    instr = 0
+    per_elem_ops = max(1, len([k for k, v in kernel.ops.items() if v]))
+    if main or bcast:
+        r_loop = rows if bcast else 1
+        width = cols if bcast else n
+        for count, size, start in _splits(width, ce):
+            acc = []
+            for r, wr, es in main:
+                row_stride = cols * es if bcast else 0
+                acc.append(Access(r.addr + start * es, (row_stride, size * es), size * es, is_write=wr, tensor=r.name))
+            for r, wr, es in bcast:
+                acc.append(Access(r.addr + start * es, (0, size * es), size * es, is_write=wr, tensor=r.name))
+            # reads before writes, as a loop body issues them
+            acc.sort(key=lambda a: a.is_write)
+            nests.append(_drop_unit_loops([r_loop, count], acc, kernel.name))
+            if fam == "vector":
+                instr += r_loop * count * (len(acc) + per_elem_ops)
+    for r, wr in other:  # a tensor of another size (gathers, im2col sources): streamed on its own
+        for count, size, start in _splits(r.bytes, ce * esz):
+            nests.append(LoopNest((count,), (Access(r.addr + start, (size,), size, is_write=wr, tensor=r.name),),
+                                  f"{kernel.name}:{r.name}"))
+            if fam == "vector":
+                instr += count
+    note = f"{kernel.op}: {n} elements in runs of {ce}"
+    return Lowered(nests, instr, note)

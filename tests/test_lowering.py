@@ -1,0 +1,195 @@
+"""Lowering: access counts and bytes per tensor against closed forms, expansion, scaling, engine."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from memwall.engine import Hierarchy
+from memwall.levels import LevelSpec
+from memwall.networks import load_network
+from memwall.profiles import ScheduleSpec
+from memwall.workloads.config import TrainingConfig
+from memwall.workloads.lowering import lower
+from memwall.workloads.step import build_step, gemm_step
+
+FAMILIES = {
+    "scalar": ScheduleSpec("scalar", {}),
+    "vector": ScheduleSpec("vector", {"vector_length": 8, "vector_registers": 4}),
+    "blocked": ScheduleSpec("blocked", {"micro_tile": [2, 4], "kc": 16, "mc": 8, "nc": 32}),
+    "tiled": ScheduleSpec("tiled", {"tile_m": 8, "tile_n": 16, "tile_k": 4, "units": 6}),
+}
+
+
+def _explicit(nest):
+    """The accesses a nest stands for, by the order rule of memwall.streams, in plain Python."""
+    out = []
+
+    def run(depth, idx):
+        here = [a for a in nest.accesses if a.depth == depth]
+        for a in here:
+            if not a.after:
+                out.append((a.base + sum(i * s for i, s in zip(idx, a.strides, strict=False)), a.size, a.is_write))
+        if depth < len(nest.counts):
+            for i in range(nest.counts[depth]):
+                run(depth + 1, idx + [i])
+        for a in here:
+            if a.after:
+                out.append((a.base + sum(i * s for i, s in zip(idx, a.strides, strict=False)), a.size, a.is_write))
+
+    run(0, [])
+    return out
+
+
+def test_nettalk_per_example_scalar_counts_each_weight_as_1986_code_did():
+    net = load_network("nettalk")
+    step = build_step(net, TrainingConfig(batch=1, updates="per-example"))
+    per: dict[str, dict[str, int]] = {}
+    for k in step.kernels:
+        lo = lower(k, FAMILIES["scalar"])
+        assert "matrix-vector" in lo.notes or k.op not in ("gemm", "gemv") or k.dims[2] == 1 or k.dims[0] > 1
+        for nest in lo.nests:
+            for a in nest.accesses:
+                d = per.setdefault(a.tensor, {"read": 0, "write": 0})
+                d["write" if a.is_write else "read"] += nest.times(a)
+                assert a.size == 4
+    for name, n_in, n_out in (("L1.w", 203, 80), ("L2.w", 80, 26)):
+        w = n_in * n_out
+        # read in the forward pass, read in the backward pass, read and written by the update
+        assert per[name] == {"read": 3 * w, "write": w}
+        assert per["grad." + name] == {"read": w, "write": w}
+    # a gemv: one multiply-add per weight, the input vector re-read for every output
+    fwd = next(k for k in step.kernels if k.name == "L1.fwd")
+    lo = lower(fwd, FAMILIES["scalar"])
+    assert lo.nests[0].counts == (80, 203)
+    assert lo.accesses_by_tensor() == {"x0": 80 * 203, "L1.w": 80 * 203, "L1.y": 80}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("dims", [(1, 20, 13), (9, 20, 13), (16, 32, 32), (7, 1, 5)])
+def test_gemm_streams_expand_to_what_they_stand_for(family, dims):
+    m, n, k = dims
+    step = gemm_step(m, n, k)
+    (kern,) = step.kernels
+    lo = lower(kern, FAMILIES[family])
+    a, b, c = kern.reads[0], kern.reads[1], kern.writes[0]
+    touched = {a.name: set(), b.name: set(), c.name: set()}
+    written = 0
+    for nest in lo.nests:
+        addr, size, wr = nest.expand()
+        assert len(addr) == nest.n_accesses
+        assert list(zip(addr.tolist(), size.tolist(), wr.astype(bool).tolist(), strict=True)) == _explicit(nest)
+        for x, sz, w in zip(addr.tolist(), size.tolist(), wr.tolist(), strict=True):
+            for ref in (a, b, c):
+                if ref.addr <= x < ref.addr + ref.bytes:
+                    assert x + sz <= ref.addr + ref.bytes, "an access runs past its tensor"
+                    touched[ref.name].update(range(x, x + sz, 4))
+                    if ref is c and w:
+                        written += sz
+    # every element of every operand is touched; C is written at least once
+    for ref in (a, b, c):
+        assert len(touched[ref.name]) == ref.bytes // 4, (family, ref.name)
+    assert written >= c.bytes
+    if family in ("scalar", "tiled"):
+        assert written == c.bytes  # each output stored once
+    if family == "scalar" and k > 1:
+        assert lo.bytes_by_tensor() == {"A": m * n * k * 4, "B": m * n * k * 4, "C": m * n * 4}
+
+
+def test_tiled_waves_load_the_union_of_their_tiles():
+    kern = gemm_step(64, 64, 64).kernels[0]
+    lo = lower(kern, ScheduleSpec("tiled", {"tile_m": 16, "tile_n": 16, "tile_k": 16, "units": 4}))
+    # 4x4 tiles in waves of 2x2: each wave loads 32 rows of A and 32 columns of B over all of K
+    waves = 4
+    assert lo.bytes_by_tensor() == {"A": waves * 32 * 64 * 4, "B": waves * 32 * 64 * 4, "C": 64 * 64 * 4}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_elementwise_and_update_bytes_are_exact(family):
+    step = build_step(load_network("sonar"), TrainingConfig(batch=5, optimizer="adam"))
+    for k in step.kernels:
+        lo = lower(k, FAMILIES[family])
+        got = lo.bytes_by_tensor()
+        if k.op in ("gemm", "gemv"):
+            continue
+        for ref in k.reads + k.writes:
+            times = (ref in k.reads) + (ref in k.writes)
+            if ref.name in k.broadcast:
+                assert got[ref.name] == times * ref.bytes * k.dims[0], k.name
+            else:
+                assert got[ref.name] == times * ref.bytes, (k.name, ref.name)
+        for nest in lo.nests:
+            addr, _, _ = nest.expand()
+            assert len(addr) == nest.n_accesses
+
+
+TINY = """
+id = "tiny-gpt"
+name = "tiny"
+kind = "transformer"
+year = 2024
+source = "test"
+status = "synthetic"
+[transformer]
+layers = 3
+d_model = 32
+heads = 4
+d_ff = 128
+vocab = 50
+seq_len = 16
+dropout = true
+linear_bias = true
+tied_embeddings = true
+"""
+
+
+@pytest.mark.parametrize("family", ["tiled", "blocked"])
+def test_scaled_layers_give_the_stream_statistics_of_the_full_simulation(tmp_path, family):
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    net = load_network(p)
+    cfg = TrainingConfig(batch=2, optimizer="momentum")
+
+    def stats(step):
+        out: dict[str, list[int]] = {}
+        for k in step.kernels:
+            lo = lower(k, FAMILIES[family])
+            name = re.sub(r"\bL\d+\.", "L*.", k.name)
+            s = out.setdefault(name, [0, 0, 0])
+            s[0] += lo.n_accesses * k.repeat
+            s[1] += sum(lo.bytes_by_tensor().values()) * k.repeat
+            s[2] += k.flops * k.repeat
+        return out
+
+    assert stats(build_step(net, cfg)) == stats(build_step(net, cfg, expand_repeats=True))
+
+
+def test_flash_attention_streams(tmp_path):
+    net = load_network("llama3-8b")
+    step = build_step(net, TrainingConfig(batch=1, dtype="bf16", seq_len=256))
+    k = next(k for k in step.kernels if k.name == "attn.flash")
+    lo = lower(k, ScheduleSpec("tiled", {"tile_m": 128, "tile_n": 128, "tile_k": 64, "units": 132}))
+    got = lo.bytes_by_tensor()
+    q, kk, v = k.reads
+    # Q read once; K and V re-read by each of the 4 query heads of a KV group; O written once
+    assert got[q.name] == q.bytes and got[kk.name] == 4 * kk.bytes and got[v.name] == 4 * v.bytes
+    assert got["attn.ctx"] == k.writes[0].bytes
+    (nest,) = lo.nests
+    assert len(nest.expand()[0]) == nest.n_accesses
+
+
+def test_engine_counters_of_a_stream_equal_those_of_its_expansion():
+    levels = [LevelSpec("L1", 1024, 64, 2), LevelSpec("L2", 8192, 64, 4)]
+    step = build_step(load_network("encoder-8-3-8"), TrainingConfig(batch=8, optimizer="momentum"))
+    for fam in ("scalar", "blocked", "tiled"):
+        a, b = Hierarchy(levels), Hierarchy(levels)
+        for k in step.kernels:
+            for nest in lower(k, FAMILIES[fam]).nests:
+                a.replay_nest(nest)
+                addr, size, wr = nest.expand()
+                b.replay(addr, size, wr)
+        ca, cb = a.counters(), b.counters()
+        assert ca == cb
+        assert ca.accesses > 0 and np.isfinite(ca.accesses)
