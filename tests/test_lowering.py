@@ -193,3 +193,18 @@ def test_engine_counters_of_a_stream_equal_those_of_its_expansion():
         ca, cb = a.counters(), b.counters()
         assert ca == cb
         assert ca.accesses > 0 and np.isfinite(ca.accesses)
+
+
+def test_memwall_trace_writes_npz_and_din(tmp_path):
+    from memwall.cli import main
+
+    npz, din = tmp_path / "t.npz", tmp_path / "t.din"
+    args = ["--machine", "vax-11-780", "--network", "encoder-8-3-8", "--batch", "1", "--updates", "per-example"]
+    assert main(["trace", *args, "--out", str(npz)]) == 0
+    assert main(["trace", *args, "--out", str(din)]) == 0
+    d = np.load(npz)
+    assert (d["addr"].dtype, d["size"].dtype, d["is_write"].dtype) == (np.uint64, np.uint32, np.uint8)
+    lines = din.read_text().splitlines()
+    assert len(lines) == len(d["addr"])
+    label, addr, size = lines[0].split()
+    assert (int(label), int(addr, 16), int(size)) == (int(d["is_write"][0]), int(d["addr"][0]), int(d["size"][0]))

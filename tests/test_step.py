@@ -195,3 +195,20 @@ def test_bad_configurations():
         build_step(load_network("nettalk"), TrainingConfig(checkpoint="selective"))
     with pytest.raises(InputError):
         build_step(load_network("nettalk"), TrainingConfig(seq_len=5))
+
+
+def test_memwall_step_json(capsys):
+    import json
+
+    from memwall.cli import main
+
+    assert main(["step", "--network", "affine-48x1024", "--batch", "4", "--checkpoint", "sqrt", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    f = 2 * 4 * D * D * L
+    assert d["flops"] == {"forward": f, "backward": 2 * f, "recompute": f, "update": 2 * 50_331_648, "total": 4 * f + 2 * 50_331_648}
+    assert d["ledger"]["activations"] == 13 * 4 * D * 4 and d["ledger"]["weights"] == 201_326_592
+    assert {"weights", "gradients", "optimizer", "activations", "peak"} <= set(d["ledger"])
+    assert len(d["kernels"]) == 48 * 3 + 48 + 48  # fwd, recompute, dW and dX per layer, updates
+    assert main(["step", "--network", "nettalk", "--checkpoint", "every:x"]) == 2
+    assert main(["networks", "show", "deepseek-v3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["active_parameters"] > 37e9

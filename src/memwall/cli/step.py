@@ -1,0 +1,72 @@
+"""``memwall step``: the kernels and the capacity ledger of one training step.
+
+Owns the ``step`` subcommand: a network and a training configuration, printed as a
+table of kernels (FLOPs, dims, tensors) and the ledger, or as JSON (``--json``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..networks import load_network
+from ..units import format_bytes
+from ..workloads.config import DTYPES, OPTIMIZERS, PHASES, UPDATES, TrainingConfig
+from ..workloads.step import Step, build_step
+
+
+def add_step_arguments(p: Any) -> None:
+    """The options that pick a step (shared with ``memwall trace``)."""
+    p.add_argument("--network", required=True, metavar="ID", help="network id or preset .toml path")
+    p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models)")
+    p.add_argument("--checkpoint", default="none", help="none | sqrt | every:K | selective")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
+    p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the preset's")
+    p.add_argument("--updates", default="minibatch", choices=UPDATES)
+    p.add_argument("--phase", default="train", choices=PHASES)
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
+    p.add_argument("--expand-repeats", action="store_true", help="list every transformer layer instead of scaling one")
+
+
+def step_from_args(args: Any) -> Step:
+    net = load_network(args.network)
+    cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
+                         dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
+                         phase=args.phase)
+    return build_step(net, cfg, expand_repeats=args.expand_repeats)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("step", help="the kernels and capacity ledger of a training step",
+                              description="Build one training step: kernels with exact FLOPs, tensors at addresses, "
+                                          "and peak live bytes per tensor class.")
+    add_step_arguments(p)
+    p.add_argument("--json", action="store_true", help="as JSON (flops, ledger, kernels)")
+    p.set_defaults(func=cmd_step)
+
+
+def _flops(x: float) -> str:
+    for unit, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            return f"{x / div:.4g} {unit}FLOP"
+    return f"{x:.0f} FLOP"
+
+
+def cmd_step(args: Any) -> int:
+    step = step_from_args(args)
+    if args.json:
+        print(json.dumps(step.as_dict(), indent=1))
+        return 0
+    cfg = step.config
+    print(f"{step.network.name}: batch {cfg.batch} ({cfg.updates}), {cfg.optimizer}, {cfg.dtype}, "
+          f"checkpoint {cfg.checkpoint}, phase {cfg.phase}; {step.iterations} iteration(s) of {len(step.kernels)} kernels")
+    print(f"{'phase':<9} {'op':<11} {'kernel':<30} {'dims':<22} {'repeat':>6} {'FLOPs/run':>16}")
+    for k in step.kernels:
+        dims = "x".join(map(str, k.dims)) if k.dims and k.op in ("gemm", "gemv", "attention") else f"{k.elements} el"
+        if k.batch > 1:
+            dims = f"{k.batch}*({dims})"
+        print(f"{k.phase:<9} {k.op:<11} {k.name[:30]:<30} {dims:<22} {k.repeat:>6} {k.flops:>16,}")
+    print("FLOPs per step: " + ", ".join(f"{p} {_flops(v)}" for p, v in step.flops.items()))
+    led = step.ledger
+    print("ledger (peak live): " + ", ".join(f"{k} {format_bytes(v)}" for k, v in led.as_dict().items()))
+    return 0
