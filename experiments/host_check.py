@@ -40,7 +40,7 @@ from memwall.profiles import Machine, load_machine_file
 # this fraction of the profile's peak, for measured and predicted alike.
 KNEE_FRACTION = 0.5
 # Per-step FLOPs the affine stacks are allowed before their depth is cut (keeps the run short).
-STEP_FLOP_BUDGET = 2.5e10
+STEP_FLOP_BUDGET = 1.2e10
 
 
 @dataclass(frozen=True)
