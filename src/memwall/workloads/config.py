@@ -13,10 +13,10 @@ from ..errors import InputError
 
 UPDATES = ("per-example", "minibatch")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-DTYPES = ("fp32", "bf16")
+DTYPES = ("fp32", "bf16", "fp16")  # 16-bit types train with fp32 master weights
 PHASES = ("train", "forward")
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 

@@ -322,7 +322,8 @@ def _build_chain(bld: _Builder) -> None:
 
     x0 = bld.t("x0", "activations" if bld.train else "input", b * layers[0].in_units if not layers[0].pool_from
                else b * layers[0].pool_from)
-    target = bld.t("target", "input", b * layers[-1].out_units) if net.kind != "mlp" or net.loss == "mse" else None
+    needs_target = bld.train and (net.kind != "mlp" or net.loss == "mse")  # inference has no loss
+    target = bld.t("target", "input", b * layers[-1].out_units) if needs_target else None
     outs: list[TensorRef | None] = [None] * nl
     pre: list[TensorRef | None] = [None] * nl  # BatchNorm inputs (conv outputs)
     last_use = [i for i in range(nl)]  # forward: the last layer reading each output
