@@ -181,14 +181,16 @@ def no_reuse_intensity(rows: Iterable[Row]) -> dict[str, float]:
     return best
 
 
-def _stall_vs_balance(ax, rows: Sequence[Row], intensity: Mapping[str, float]) -> None:
+def _stall_vs_balance(ax, rows: Sequence[Row], intensity: Mapping[str, float], connect: bool) -> None:
+    # Lines only where the points are one machine varied (synthetic); real machines differ
+    # in more than balance, so they are drawn as points.
     nets = list(dict.fromkeys(r["network"] for r in rows))
     cmap = _plt().get_cmap("tab10")
     for k, net in enumerate(nets):
         sub = sorted((r for r in rows if r["network"] == net), key=lambda r: r["balance"])
         colour = cmap(k % 10)
         ax.plot([r["balance"] for r in sub], [r["stall_fraction"] for r in sub], marker="o", ms=4,
-                lw=1, color=colour, label=net)
+                lw=1 if connect else 0, color=colour, label=net, alpha=0.85)
         if net in intensity:
             ax.axvline(intensity[net], color=colour, ls=":", lw=1)
     ax.set_xscale("log")
@@ -206,7 +208,7 @@ def fig_regime_flip(rows: Sequence[Row]):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     intensity = no_reuse_intensity(sel)
-    _stall_vs_balance(ax, sel, intensity)
+    _stall_vs_balance(ax, sel, intensity, connect=False)
     for r in sel:
         if r["network"] == sel[0]["network"]:
             ax.annotate(r.get("name") or r["machine"], (r["balance"], r["stall_fraction"]), fontsize=6,
@@ -265,9 +267,9 @@ def fig_synthetic_balance(rows: Sequence[Row]):
         return _empty("synthetic_balance", "cases on synthetic machines (BASE@bw=X) at batch 1")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
-    _stall_vs_balance(ax, sel, no_reuse_intensity(sel))
+    _stall_vs_balance(ax, sel, no_reuse_intensity(sel), connect=True)
     base = sel[0]["machine"].split("@")[0]
-    ax.set_title(f"One compute engine ({base}), memory bandwidth swept: stall fraction against balance")
+    ax.set_title(f"One compute engine ({base}), its memory bandwidth swept")
     _finish(fig, _sources(f"Machines: the {base} profile with its main-memory bandwidth replaced; "
                           "compute rates and caches unchanged."))
     return fig
