@@ -527,6 +527,8 @@ ctypedef struct nest_t:
     const int64_t *counts          # iterations per loop, outermost first
     const uint32_t *size           # bytes per access
     const uint8_t *is_write        # per access
+    const uint32_t *rows           # demand accesses per issue (a block of rows), >= 1
+    const int64_t *row_stride      # bytes between the rows of a block
     const int64_t *strides         # bytes, n_access x stride_cols
     int64_t stride_cols
     uint64_t *cur                  # current address of each access (wrapping arithmetic)
@@ -537,11 +539,20 @@ ctypedef struct nest_t:
     const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]
 
 
+cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
+    """Access k at its current address: ``rows`` runs of ``size`` bytes, ``row_stride`` apart."""
+    cdef uint32_t r
+    cdef uint64_t addr = ns.cur[k]
+    access(e, addr, ns.size[k], ns.is_write[k])
+    for r in range(1, ns.rows[k]):
+        addr += <uint64_t> ns.row_stride[k]
+        access(e, addr, ns.size[k], ns.is_write[k])
+
+
 cdef inline void issue_range(engine_t *e, nest_t *ns, int64_t a, int64_t b) noexcept nogil:
-    cdef int64_t j, k
+    cdef int64_t j
     for j in range(a, b):
-        k = ns.issue[j]
-        access(e, ns.cur[k], ns.size[k], ns.is_write[k])
+        issue_one(e, ns, ns.issue[j])
 
 
 cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
@@ -559,8 +570,7 @@ cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
             b1 = ns.issue_start[2 * d + 4]
             for it in range(c):
                 for j in range(b0, b1):
-                    k = ns.issue[j]
-                    access(e, ns.cur[k], ns.size[k], ns.is_write[k])
+                    issue_one(e, ns, ns.issue[j])
                 for j in range(i0, i1):
                     k = ns.inner[j]
                     ns.cur[k] += <uint64_t> ns.strides[k * ns.stride_cols + d]
@@ -718,7 +728,8 @@ cdef class Engine:
 
     def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,
                     const int64_t[:, ::1] strides, const uint32_t[::1] size,
-                    const uint8_t[::1] is_write, const int64_t[::1] issue,
+                    const uint8_t[::1] is_write, const uint32_t[::1] rows,
+                    const int64_t[::1] row_stride, const int64_t[::1] issue,
                     const int64_t[::1] issue_start, const int64_t[::1] inner,
                     const int64_t[::1] inner_start):
         """Replay a loop nest in place; the index arrays come from memwall.engine."""
@@ -733,6 +744,8 @@ cdef class Engine:
         ns.counts = &counts[0] if counts.shape[0] else &dummy64
         ns.size = &size[0] if n else &dummy32
         ns.is_write = &is_write[0] if n else &dummy8
+        ns.rows = &rows[0] if n else &dummy32
+        ns.row_stride = &row_stride[0] if n else &dummy64
         ns.strides = &strides[0, 0] if strides.shape[0] else &dummy64
         ns.stride_cols = strides.shape[1]
         ns.cur = &cur[0] if n else &dummyu

@@ -296,6 +296,12 @@ def gemm_nest(m=5, n=6, k=7, elem=4, base_a=0, base_b=1 << 20, base_c=1 << 21):
     LoopNest((), (Access(5, (), 3), Access(9, (), 200, is_write=True))),
     LoopNest((3, 4), (Access(1 << 40, (-64, 4096), 8, is_write=True),)),
     LoopNest((2, 2), ()),
+    # two-dimensional blocks (tiles loaded row by row), in the innermost and an outer loop,
+    # with negative and line-straddling row strides
+    LoopNest((3, 2), (Access(0, (8192, 100), 96, tensor="A", rows=5, row_stride=1000),
+                      Access(1 << 30, (256,), 64, is_write=True, after=True, tensor="C", rows=3,
+                             row_stride=-40),
+                      Access(1 << 20, (0, 0), 24, tensor="B", rows=2, row_stride=24))),
 ])
 def test_nest_matches_expanded_arrays(nest):
     levels = [lv("L1", 512, 32, 2), lv("L2", 4096, 64, 8, policy="plru")]

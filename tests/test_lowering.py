@@ -29,15 +29,19 @@ def _explicit(nest):
 
     def run(depth, idx):
         here = [a for a in nest.accesses if a.depth == depth]
+        def issue(a):  # a block issues its rows one after the other
+            start = a.base + sum(i * s for i, s in zip(idx, a.strides, strict=False))
+            out.extend((start + r * a.row_stride, a.size, a.is_write) for r in range(a.rows))
+
         for a in here:
             if not a.after:
-                out.append((a.base + sum(i * s for i, s in zip(idx, a.strides, strict=False)), a.size, a.is_write))
+                issue(a)
         if depth < len(nest.counts):
             for i in range(nest.counts[depth]):
                 run(depth + 1, idx + [i])
         for a in here:
             if a.after:
-                out.append((a.base + sum(i * s for i, s in zip(idx, a.strides, strict=False)), a.size, a.is_write))
+                issue(a)
 
     run(0, [])
     return out

@@ -309,6 +309,8 @@ def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:
         np.ascontiguousarray(arr["strides"], dtype=np.int64),
         np.ascontiguousarray(arr["size"], dtype=np.uint32),
         np.ascontiguousarray(arr["is_write"], dtype=np.uint8),
+        np.ascontiguousarray(arr["rows"], dtype=np.uint32),
+        np.ascontiguousarray(arr["row_stride"], dtype=np.int64),
         np.asarray(issue, dtype=np.int64),
         np.asarray(issue_start, dtype=np.int64),
         np.asarray(inner, dtype=np.int64),

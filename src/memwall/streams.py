@@ -15,8 +15,10 @@ The order of a nest is the order a program would issue it::
     depth-0 'after' accesses
 
 An access at depth ``d`` runs inside the ``d`` outermost loops; its address is
-``base + sum(i_l * strides[l] for l < d)``; it touches ``size`` bytes. Accesses at the
-same depth and place run in the order given. (Example: a GEMM ``for i, for j: load
+``base + sum(i_l * strides[l] for l < d)``; it touches ``size`` bytes. An access with
+``rows > 1`` is a two-dimensional block (a tile row by row, as a DMA or TMA engine loads
+it): ``rows`` demand accesses of ``size`` bytes, ``row_stride`` bytes apart, one after
+the other. Accesses at the same depth and place run in the order given. (Example: a GEMM ``for i, for j: load
 C[i,j]; for k: load A[i,k], load B[k,j]; store C[i,j]`` is a nest of counts (M, N, K)
 with C's load 'before' at depth 2, A and B at depth 3, and C's store 'after' at depth 2.)
 """
@@ -44,6 +46,8 @@ class Access:
     is_write: bool = False
     after: bool = False  # issued after the inner loops of its depth instead of before
     tensor: str = ""  # which tensor it belongs to (for per-tensor accounting)
+    rows: int = 1  # demand accesses per issue: a block of `rows` runs of `size` bytes
+    row_stride: int = 0  # bytes between the rows of a block
 
     @property
     def depth(self) -> int:
@@ -74,6 +78,8 @@ class LoopNest:
                 raise InputError(f"access size must be in 1 .. 2^32-1 bytes, got {a.size}")
             if a.base < 0:
                 raise InputError(f"access base must be non-negative, got {a.base}")
+            if a.rows < 1 or a.rows >= 1 << 32:
+                raise InputError(f"access rows must be in 1 .. 2^32-1, got {a.rows}")
             low, high = self._extent(a)
             if low < 0 or high + a.size > ADDRESS_LIMIT:
                 raise InputError(
@@ -83,7 +89,7 @@ class LoopNest:
 
     def _extent(self, a: Access) -> tuple[int, int]:
         low = high = a.base
-        for count, stride in zip(self.counts, a.strides, strict=False):
+        for count, stride in zip((*self.counts[: a.depth], a.rows), (*a.strides, a.row_stride), strict=True):
             if count == 0:
                 return a.base, a.base  # never issued
             span = (count - 1) * stride
@@ -92,8 +98,8 @@ class LoopNest:
         return low, high
 
     def times(self, access: Access) -> int:
-        """How many times one access is issued."""
-        n = 1
+        """How many demand accesses one access of the body issues (iterations x rows)."""
+        n = access.rows
         for c in self.counts[: access.depth]:
             n *= c
         return n
@@ -124,6 +130,8 @@ class LoopNest:
             "is_write": np.asarray([a.is_write for a in self.accesses], dtype=np.uint8).reshape(n),
             "depth": np.asarray([a.depth for a in self.accesses], dtype=np.uint8).reshape(n),
             "after": np.asarray([a.after for a in self.accesses], dtype=np.uint8).reshape(n),
+            "rows": np.asarray([a.rows for a in self.accesses], dtype=np.uint32).reshape(n),
+            "row_stride": np.asarray([a.row_stride for a in self.accesses], dtype=np.int64).reshape(n),
         }
 
     def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -138,6 +146,14 @@ class LoopNest:
         writes = np.asarray([a.is_write for a in self.accesses], dtype=np.uint8)
         if len(ids) == 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.uint32), np.zeros(0, np.uint8)
+        rows = np.asarray([a.rows for a in self.accesses], dtype=np.int64)
+        if (rows > 1).any():  # blocks: each issue becomes its rows, in order
+            row_stride = np.asarray([a.row_stride for a in self.accesses], dtype=np.int64)
+            per = rows[ids]
+            starts = np.cumsum(per) - per
+            row_index = np.arange(int(per.sum()), dtype=np.int64) - np.repeat(starts, per)
+            ids = np.repeat(ids, per)
+            offsets = np.repeat(offsets, per) + row_index * row_stride[ids]
         addr = bases[ids] + offsets.astype(np.uint64)  # two's complement: exact while in range
         return addr, sizes[ids], writes[ids]
 

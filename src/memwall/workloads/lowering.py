@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import InputError
@@ -95,7 +95,7 @@ class Lowered:
         total = 0
         for n in self.nests:
             for a in n.accesses:
-                if all(s % line_bytes == 0 for s in a.strides) or a.size >= line_bytes * 4:
+                if all(s % line_bytes == 0 for s in (*a.strides, a.row_stride)) or a.size >= line_bytes * 4:
                     lines = _lines(a.base, a.size, line_bytes)
                 else:  # misaligned strides: the exact count varies; bound it by the worst case
                     lines = -(-a.size // line_bytes) + 1 if a.size > 1 else 1
@@ -363,12 +363,13 @@ def _wave_shape(tiles_m: int, tiles_n: int, batch: int, units: int) -> tuple[int
 
 
 def _operand_block(ref: TensorRef, base: int, rows: int, chunk: int, row_stride: int, k_stride: int,
-                   e: int) -> list[Access]:
-    """The accesses loading ``rows`` output-side rows by a K chunk of ``chunk`` (base at k = 0)."""
-    if k_stride == e:  # rows contiguous along K: one access per row
-        return [Access(base + r * row_stride, (), chunk * e, tensor=ref.name) for r in range(rows)]
-    # K-major: one access per K step, covering the block's rows
-    return [Access(base + kk * k_stride, (), rows * e, tensor=ref.name) for kk in range(chunk)]
+                   e: int) -> Access:
+    """The block loading ``rows`` output-side rows by a K chunk of ``chunk`` (base at k = 0),
+    as one two-dimensional access: row by row along the operand's contiguous direction."""
+    if k_stride == e:  # rows contiguous along K: one run per row
+        return Access(base, (), chunk * e, tensor=ref.name, rows=rows, row_stride=row_stride)
+    # K-major: one run per K step, covering the block's rows
+    return Access(base, (), rows * e, tensor=ref.name, rows=chunk, row_stride=k_stride)
 
 
 def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
@@ -392,18 +393,17 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
             for chunk, into, k0, depth in ((kch, acc, 0, 4), (krem, tail, kfull * kch, 3)):
                 if not chunk or (depth == 4 and not kfull):
                     continue
-                for a in _operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e):
-                    s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
-                    into.append(Access(a.base, s, a.size, after=depth == 3, tensor=a.tensor))
-                for b in _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, e):
-                    s = (bw * o.bb, 0, wn * tn * o.bn) + ((kch * o.bk,) if depth == 4 else ())
-                    into.append(Access(b.base, s, b.size, after=depth == 3, tensor=b.tensor))
+                a = _operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e)
+                s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
+                into.append(replace(a, strides=s, after=depth == 3))
+                b = _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, e)
+                s = (bw * o.bb, 0, wn * tn * o.bn) + ((kch * o.bk,) if depth == 4 else ())
+                into.append(replace(b, strides=s, after=depth == 3))
         stores = []
         for bi in range(bw):
             c_0 = o.c.addr + (b0 + bi) * o.cb + r0 * o.cm + c0 * o.cn
-            for r in range(rw):
-                stores.append(Access(c_0 + r * o.cm, (bw * o.cb, wm * tm * o.cm, wn * tn * o.cn), cw * e,
-                                     is_write=True, after=True, tensor=o.c.name))
+            stores.append(Access(c_0, (bw * o.cb, wm * tm * o.cm, wn * tn * o.cn), cw * e, is_write=True,
+                                 after=True, tensor=o.c.name, rows=rw, row_stride=o.cm))
         nests.append(LoopNest(tuple(counts), tuple(acc + tail + stores), kernel.name))
     note = (f"tiled: {tm}x{tn} tiles, waves of {wb}x{wm}x{wn} tiles (of {units} units), K chunks of {kch}; "
             "the engine sees each wave's union of tile loads")
