@@ -30,19 +30,32 @@ _INCLUSION_CODES = {"none": 0, "inclusive": 1, "exclusive": 2}
 _SIZE_LIMIT = 1 << 32
 
 
-def _subtract(a: Any, b: Any) -> dict[str, Any]:
+def _combine(a: Any, b: Any, op: Any) -> dict[str, Any]:
+    """Field-wise ``op`` of two counters of the same thing (names must agree)."""
     if type(a) is not type(b):
         return NotImplemented
     out = {}
     for f in fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, int) and not isinstance(x, bool):
-            out[f.name] = x - y
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            out[f.name] = op(x, y)
         elif x != y:
-            raise ValueError(f"cannot subtract counters of different things: {f.name} {x!r} vs {y!r}")
+            raise ValueError(f"cannot combine counters of different things: {f.name} {x!r} vs {y!r}")
         else:
             out[f.name] = x
     return out
+
+
+def _subtract(a: Any, b: Any) -> dict[str, Any]:
+    return _combine(a, b, lambda x, y: x - y)
+
+
+def _scale(a: Any, factor: float) -> dict[str, Any]:
+    """Every count times ``factor`` (floats: a sampled replay stands for a larger one)."""
+    return {
+        f.name: getattr(a, f.name) * factor if isinstance(getattr(a, f.name), (int, float)) else getattr(a, f.name)
+        for f in fields(a)
+    }
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,13 @@ class LevelCounters:
         out = _subtract(self, other)
         return out if out is NotImplemented else LevelCounters(**out)
 
+    def __add__(self, other: LevelCounters) -> LevelCounters:
+        out = _combine(self, other, lambda x, y: x + y)
+        return out if out is NotImplemented else LevelCounters(**out)
+
+    def scaled(self, factor: float) -> LevelCounters:
+        return LevelCounters(**_scale(self, factor))
+
 
 @dataclass(frozen=True)
 class MemoryCounters:
@@ -87,6 +107,13 @@ class MemoryCounters:
     def __sub__(self, other: MemoryCounters) -> MemoryCounters:
         out = _subtract(self, other)
         return out if out is NotImplemented else MemoryCounters(**out)
+
+    def __add__(self, other: MemoryCounters) -> MemoryCounters:
+        out = _combine(self, other, lambda x, y: x + y)
+        return out if out is NotImplemented else MemoryCounters(**out)
+
+    def scaled(self, factor: float) -> MemoryCounters:
+        return MemoryCounters(**_scale(self, factor))
 
 
 @dataclass(frozen=True)
@@ -106,6 +133,23 @@ class HierarchyCounters:
             [a - b for a, b in zip(self.levels, other.levels, strict=True)],
             self.memory - other.memory,
             self.accesses - other.accesses,
+        )
+
+    def __add__(self, other: HierarchyCounters) -> HierarchyCounters:
+        if not isinstance(other, HierarchyCounters):
+            return NotImplemented
+        if [lv.name for lv in self.levels] != [lv.name for lv in other.levels]:
+            raise ValueError("cannot add counters of different hierarchies")
+        return HierarchyCounters(
+            [a + b for a, b in zip(self.levels, other.levels, strict=True)],
+            self.memory + other.memory,
+            self.accesses + other.accesses,
+        )
+
+    def scaled(self, factor: float) -> HierarchyCounters:
+        """The counts of a replay ``factor`` times as long (sampling); the values become floats."""
+        return HierarchyCounters(
+            [lv.scaled(factor) for lv in self.levels], self.memory.scaled(factor), self.accesses * factor
         )
 
     def level(self, name: str) -> LevelCounters:

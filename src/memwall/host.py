@@ -708,6 +708,7 @@ def profile_toml(d: Detected, ident: str = "host") -> str:
         'model = "overlapped"',
         'overlap = "max"',
         "mlp = " + _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how),
+        "cores = 1  # mlp was measured with every BLAS thread at once: it is the chip's already",
         "note = " + _q("overlap 'max' because each bandwidth was measured end to end"),
         "",
         "[schedule]",

@@ -97,6 +97,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "chaining": "vector: true if a dependent vector instruction may start on partial results",
         "overlap": "overlapped: 'sum' or 'max' of the inter-level transfer times",
         "mlp": "overlapped: misses in flight to memory per core (a figure)",
+        "cores": "overlapped: cores the peak counts, whose misses are in flight together (integer)",
         "launch_overhead": "throughput: seconds per kernel launch, e.g. '4 us' (a figure)",
         "note": "free text",
     },
@@ -121,7 +122,7 @@ SCHEMA: dict[str, dict[str, str]] = {
 TIMING_PARAMS: dict[str, tuple[str, ...]] = {
     "in_order": (),
     "vector": ("vector_length", "memory_ports", "word_bytes", "startup", "chaining"),
-    "overlapped": ("overlap", "mlp"),
+    "overlapped": ("overlap", "mlp", "cores"),
     "throughput": ("launch_overhead",),
 }
 SCHEDULE_PARAMS: dict[str, tuple[str, ...]] = {
@@ -580,6 +581,7 @@ def _timing(problems: _Problems, table: Any, kind: str | None, clock: float | No
         "chaining": (_boolean, False),
         "overlap": (_overlap, False),
         "mlp": (lambda v: _positive_number(v, "mlp"), True),
+        "cores": (lambda v: _positive_int(v, "cores"), False),
         "launch_overhead": (lambda v: parse_time(v, clock_hz=clock), True),
     }
     params: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .engine import Hierarchy
+from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
 from .networks import load_network
 from .profiles import Machine, load_machine
@@ -80,12 +80,20 @@ def build_case_step(case: Case) -> Step:
     return build_step(network, config)
 
 
-def simulate_step(machine: Machine, step: Step) -> StepTiming:
+# Line lookups a step may replay in full; above it, large nests are sampled in proportion
+# to their size, none below SAMPLE_FLOOR lookups (so each sample still spans the caches).
+STEP_BUDGET = 40_000_000
+SAMPLE_FLOOR = 1_000_000
+
+
+def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
     When the step's live data fits twice over in the caches, the kernel list is replayed
     once to warm them and counted on the second pass: a training run repeats its steps,
-    so the steady state is what a measured step shows.
+    so the steady state is what a measured step shows. When the step needs more than
+    ``STEP_BUDGET`` line lookups, each large nest gets its share of the budget (at least
+    ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
     """
     levels = machine.cache_levels
     hierarchy = Hierarchy(levels)
@@ -93,18 +101,20 @@ def simulate_step(machine: Machine, step: Step) -> StepTiming:
     lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
     cache_bytes = sum(level.size for level in levels)
     passes = 2 if levels and step.ledger.peak <= 2 * cache_bytes else 1
+    sizes = [[nest.line_lookups(line) for nest in low.nests] for low in lowered]
+    total = sum(map(sum, sizes))
+    share = 0.0 if exact or total <= STEP_BUDGET else STEP_BUDGET / total
     timings: list[KernelTiming] = []
     for last in [p == passes - 1 for p in range(passes)]:
-        for kernel, low in zip(step.kernels, lowered, strict=True):
-            before = hierarchy.counters()
-            for nest in low.nests:
-                hierarchy.replay_nest(nest)
+        for kernel, low, nest_sizes in zip(step.kernels, lowered, sizes, strict=True):
+            budgets = [max(SAMPLE_FLOOR, int(n * share)) if share else 0 for n in nest_sizes]
+            counts = _replay(hierarchy, low, budgets, line)
             if not last:
                 continue
             reads, writes, nbytes, inner = _demand(low)
             traffic = traffic_from_counters(
                 machine,
-                hierarchy.counters() - before,
+                counts,
                 demand_reads=reads,
                 demand_writes=writes,
                 demand_bytes=nbytes,
@@ -136,6 +146,21 @@ def simulate_step(machine: Machine, step: Step) -> StepTiming:
     )
 
 
+def _replay(hierarchy: Hierarchy, lowered: Lowered, budgets: list[int], line: int) -> HierarchyCounters:
+    """The counters one kernel run adds, each nest replayed whole or (budget > 0) sampled."""
+    start = hierarchy.counters()
+    total = start - start
+    for nest, budget in zip(lowered.nests, budgets, strict=True):
+        warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
+        if warm is not None:
+            hierarchy.replay_nest(warm)
+        before = hierarchy.counters()
+        hierarchy.replay_nest(counted)
+        delta = hierarchy.counters() - before
+        total = total + (delta.scaled(scale) if scale != 1.0 else delta)
+    return total
+
+
 def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: float) -> dict:
     total = compute + overhead + sum(stall.values())
     return {
@@ -146,10 +171,20 @@ def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: 
     }
 
 
-def _verdict(seconds: float, compute: float, bound: str) -> str:
+def _verdict(timing: StepTiming) -> str:
+    """One line: what bounds the step, and by how much."""
+    seconds, compute, bound = timing.seconds, timing.compute, timing.bound
+    if seconds <= 0:
+        return "empty step"
+    share: dict[str, float] = {}
+    for k in timing.kernels:
+        share[k.bound] = share.get(k.bound, 0.0) + k.seconds * timing.iterations
+    kernels = f"{share.get(bound, 0.0) / seconds:.0%} of it in kernels bound so"
     if bound == "compute":
-        return "compute-bound"
-    return f"bound by {bound}: {seconds / compute:.3g}x the arithmetic time" if compute > 0 else f"bound by {bound}"
+        return f"compute-bound: arithmetic is {compute / seconds:.0%} of the step's time ({kernels})"
+    if bound == "overhead":
+        return f"bound by launch and start-up overhead ({kernels})"
+    return f"bound by {bound}: the step takes {seconds / compute:.3g}x its arithmetic time ({kernels})"
 
 
 def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
@@ -209,7 +244,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "cups": per_example_work / seconds if seconds > 0 and case.phase == "train" else 0.0,
         "cps": per_example_work / seconds if seconds > 0 and case.phase == "forward" else 0.0,
         "bound": timing.bound,
-        "verdict": _verdict(seconds, timing.compute, timing.bound),
+        "verdict": _verdict(timing),
         "cycles": _breakdown(timing.compute, timing.overhead, timing.stall, clock),
         "bytes": timing.bytes,
         "ledger": ledger,
@@ -224,11 +259,12 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     }
 
 
-def run_case(case: Case, *, machine: Machine | None = None) -> dict:
+def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
-    (for synthetic machines such as a bandwidth sweep)."""
+    (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
+    of every nest instead of sampling the large ones."""
     if machine is None:
         machine = load_machine(case.machine)
     step = build_case_step(case)
-    timing = simulate_step(machine, step)
+    timing = simulate_step(machine, step, exact=exact)
     return result_dict(case, step, timing)

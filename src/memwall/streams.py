@@ -26,7 +26,7 @@ with C's load 'before' at depth 2, A and B at depth 3, and C's store 'after' at 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,6 +107,52 @@ class LoopNest:
     @property
     def n_accesses(self) -> int:
         return sum(self.times(a) for a in self.accesses)
+
+    def line_lookups(self, line_bytes: int) -> int:
+        """Lines the engine looks up for this nest (first level), analytically: exact when
+        strides keep each access's alignment to the line, otherwise a bound."""
+        total = 0
+        for a in self.accesses:
+            if all(s % line_bytes == 0 for s in (*a.strides, a.row_stride)) or a.size >= line_bytes * 4:
+                lines = (a.base + a.size - 1) // line_bytes - a.base // line_bytes + 1
+            else:  # misaligned strides: the count varies from issue to issue; bound it
+                lines = -(-a.size // line_bytes) + 1 if a.size > 1 else 1
+            total += self.times(a) * lines
+        return total
+
+    def sample(self, budget: int, line_bytes: int) -> tuple[LoopNest | None, LoopNest, float]:
+        """A shorter replay that stands for this nest: ``(warm_up, counted, scale)``.
+
+        When the nest needs more than ``budget`` line lookups, the iterations of one loop
+        ``d`` are sampled: the outer loops are held at their first iteration, ``k``
+        iterations of loop ``d`` are replayed after ``w`` iterations of warm-up (replayed,
+        not counted), and the counts are multiplied by ``scale`` = (iterations of loop d in
+        the whole nest) / k. Loop ``d`` is the outermost one whose iterations contain every
+        access (so each access scales alike) and are small enough to sample. This assumes
+        the iterations are alike in their misses, as the waves of a GEMM or the chunks of a
+        streaming update are; a nest within budget is returned whole with scale 1.
+        """
+        total = self.line_lookups(line_bytes)
+        if total <= budget or not self.accesses:
+            return None, self, 1.0
+        shallowest = min(a.depth for a in self.accesses)
+        outer = 1
+        for d, count in enumerate(self.counts):
+            if d >= shallowest:
+                break  # loop d would leave some access outside the sample
+            per_iteration = total / (outer * count)
+            if count > 1 and 2 * per_iteration <= budget:
+                k = max(1, -(-budget // (2 * max(1, int(per_iteration)))))
+                k = min(k, count)
+                w = min(k, count - k)
+                head = (1,) * d
+                rest = self.counts[d + 1 :]
+                warm = LoopNest(head + (w,) + rest, self.accesses, self.label + ".warm") if w else None
+                shifted = tuple(replace(a, base=a.base + w * a.strides[d]) for a in self.accesses)
+                counted = LoopNest(head + (k,) + rest, shifted, self.label + ".sample")
+                return warm, counted, outer * count / k
+            outer *= count
+        return None, self, 1.0
 
     def bytes_by_tensor(self) -> dict[str, int]:
         """Bytes referenced per tensor (accesses x size), analytically."""

@@ -116,10 +116,12 @@ class KernelTiming:
 
     @property
     def bound(self) -> str:
-        """'compute', or the level that stalls most."""
-        if not self.stall or max(self.stall.values()) <= 0:
-            return "compute"
-        return max(self.stall, key=lambda k: self.stall[k])
+        """The level that stalls most (a kernel whose data term exceeds its arithmetic is
+        bound by memory, however small the excess); else 'overhead' where launch or
+        start-up outweighs the arithmetic; else 'compute'."""
+        if self.stall and max(self.stall.values()) > 0:
+            return max(self.stall, key=lambda k: self.stall[k])
+        return "overhead" if self.overhead > self.compute else "compute"
 
 
 def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
@@ -212,10 +214,10 @@ def time_kernel(
         compute = flops / rate
         terms = dict(transfer)
         if model == "overlapped":
-            mlp = float(_param(machine, "mlp", 1))
+            # Little's law: with mlp misses in flight on each of `cores` cores, a level
+            # serves at most mlp x cores fetches per latency, whatever its bandwidth.
+            mlp = float(_param(machine, "mlp", 1)) * float(_param(machine, "cores", 1))
             for lv in traffic.levels[1:]:
-                # Little's law: with `mlp` misses in flight, a level serves at most
-                # mlp fetches per latency, whatever its bandwidth.
                 if lv.latency:
                     terms[lv.name] = max(terms[lv.name], lv.fetches * lv.latency / mlp)
             how = str(_param(machine, "overlap", "sum"))
@@ -345,7 +347,8 @@ class StepTiming:
 
     @property
     def bound(self) -> str:
-        stall = self.stall
-        if not stall or max(stall.values()) <= 0:
-            return "compute"
-        return max(stall, key=lambda k: stall[k])
+        """What most of the step's time is bound by: each kernel's seconds count for its own bound."""
+        seconds: dict[str, float] = {}
+        for k in self.kernels:
+            seconds[k.bound] = seconds.get(k.bound, 0.0) + k.seconds
+        return max(seconds, key=lambda b: seconds[b]) if seconds else "compute"

@@ -158,12 +158,14 @@ def _format(value: float, unit: str, prefixes: dict[str, float], digits: int) ->
 
 
 def format_bytes(n: int | float) -> str:
-    """Bytes, with a binary prefix where the size is a whole number of it."""
-    n_int = int(n)
+    """Bytes for a person: a binary prefix where the size is a whole number of it
+    (capacities: '32 KiB', '80 GiB'), otherwise a decimal prefix and four digits
+    (traffic: '6.758 TB')."""
+    n_int = int(round(n))
     for prefix, scale in sorted(BINARY_PREFIXES.items(), key=lambda kv: -kv[1]):
-        if n_int >= scale and n_int % scale == 0:
+        if n_int >= scale and n_int % scale == 0 and n_int // scale < 10_000:
             return f"{n_int // scale} {prefix}B"
-    if n_int >= 1 << 10:
+    if n_int >= 1000:
         return _format(float(n), "B", DECIMAL_PREFIXES, 4)
     return f"{n_int} B"
 

@@ -92,19 +92,7 @@ class Lowered:
 
     def line_lookups(self, line_bytes: int) -> int:
         """Lines touched, access by access (what the engine looks up), analytically."""
-        total = 0
-        for n in self.nests:
-            for a in n.accesses:
-                if all(s % line_bytes == 0 for s in (*a.strides, a.row_stride)) or a.size >= line_bytes * 4:
-                    lines = _lines(a.base, a.size, line_bytes)
-                else:  # misaligned strides: the exact count varies; bound it by the worst case
-                    lines = -(-a.size // line_bytes) + 1 if a.size > 1 else 1
-                total += n.times(a) * lines
-        return total
-
-
-def _lines(addr: int, size: int, line: int) -> int:
-    return (addr + size - 1) // line - addr // line + 1
+        return sum(n.line_lookups(line_bytes) for n in self.nests)
 
 
 def params_of(schedule: ScheduleSpec) -> dict[str, Any]:
