@@ -18,7 +18,7 @@ from .profiles import Machine, load_machine
 from .timing import KernelTiming, StepTiming, arithmetic_rate, time_kernel, traffic_from_counters
 from .workloads.config import TrainingConfig
 from .workloads.lowering import Lowered, lower
-from .workloads.step import Step, build_step, gemm_step
+from .workloads.step import Kernel, Step, build_step, gemm_step
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
     When the step's live data fits twice over in the caches, the kernel list is replayed
     once to warm them and counted on the second pass: a training run repeats its steps,
     so the steady state is what a measured step shows. When the step needs more than
-    ``STEP_BUDGET`` line lookups, each large nest gets its share of the budget (at least
-    ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
+    ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data overflows the
+    caches twice over gets its share of the budget (at least ``SAMPLE_FLOOR``) and is
+    sampled (``LoopNest.sample``), unless ``exact``.
     """
     levels = machine.cache_levels
     hierarchy = Hierarchy(levels)
@@ -107,7 +108,10 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
     timings: list[KernelTiming] = []
     for last in [p == passes - 1 for p in range(passes)]:
         for kernel, low, nest_sizes in zip(step.kernels, lowered, sizes, strict=True):
-            budgets = [max(SAMPLE_FLOOR, int(n * share)) if share else 0 for n in nest_sizes]
+            # Sampling replays the start of a nest, so the cache state a kernel inherits
+            # and leaves is only approximated: kept to kernels that overflow the caches.
+            sample = share and _footprint(kernel) >= 2 * cache_bytes
+            budgets = [max(SAMPLE_FLOOR, int(n * share)) if sample else 0 for n in nest_sizes]
             counts = _replay(hierarchy, low, budgets, line)
             if not last:
                 continue
@@ -120,6 +124,7 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
                 demand_bytes=nbytes,
                 inner_iterations=inner,
                 vector_instructions=low.vector_instructions,
+                parallel_units=low.parallel_units,
             )
             timings.append(
                 time_kernel(
@@ -144,6 +149,11 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
         phase=step.config.phase if step.config is not None else "forward",
         peak=arithmetic_rate(machine, dtype, "gemm"),
     )
+
+
+def _footprint(kernel: Kernel) -> int:
+    """Bytes of the distinct tensors a kernel touches."""
+    return sum({t.name: t.bytes for t in (*kernel.reads, *kernel.writes)}.values())
 
 
 def _replay(hierarchy: Hierarchy, lowered: Lowered, budgets: list[int], line: int) -> HierarchyCounters:

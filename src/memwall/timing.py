@@ -55,6 +55,7 @@ class KernelTraffic:
     inner_iterations: int  # iterations of innermost loops (loop-overhead issue cost)
     vector_instructions: int  # strips issued (vector machines' start-up cost)
     levels: tuple[LevelTraffic, ...]  # cache levels first first, then main memory (named MEMORY)
+    parallel_units: int = 0  # pieces of work cores can share; 0: as many as there are cores
 
 
 def traffic_from_counters(
@@ -66,6 +67,7 @@ def traffic_from_counters(
     demand_bytes: int,
     inner_iterations: int = 0,
     vector_instructions: int = 0,
+    parallel_units: int = 0,
 ) -> KernelTraffic:
     """Turn engine counters (for one kernel run) into per-level traffic."""
     levels: list[LevelTraffic] = []
@@ -91,7 +93,8 @@ def traffic_from_counters(
         )
     )
     return KernelTraffic(
-        demand_reads, demand_writes, demand_bytes, inner_iterations, vector_instructions, tuple(levels)
+        demand_reads, demand_writes, demand_bytes, inner_iterations, vector_instructions, tuple(levels),
+        parallel_units,
     )
 
 
@@ -211,12 +214,16 @@ def time_kernel(
         terms = {MEMORY: words_time}
     elif model in ("overlapped", "throughput"):
         rate = arithmetic_rate(machine, dtype, op)
-        compute = flops / rate
         terms = dict(transfer)
         if model == "overlapped":
-            # Little's law: with mlp misses in flight on each of `cores` cores, a level
-            # serves at most mlp x cores fetches per latency, whatever its bandwidth.
-            mlp = float(_param(machine, "mlp", 1)) * float(_param(machine, "cores", 1))
+            # A whole-chip profile's peak counts every core; a kernel with fewer pieces of
+            # work than cores (a per-example product) keeps only that many busy.
+            cores = int(_param(machine, "cores", 1))
+            busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
+            compute = flops / (rate * busy / cores)
+            # Little's law: with mlp misses in flight on each busy core, a level serves
+            # at most mlp x busy fetches per latency, whatever its bandwidth.
+            mlp = float(_param(machine, "mlp", 1)) * busy
             for lv in traffic.levels[1:]:
                 if lv.latency:
                     terms[lv.name] = max(terms[lv.name], lv.fetches * lv.latency / mlp)
@@ -232,6 +239,7 @@ def time_kernel(
                 data = max(terms.values(), default=0.0)
                 stall = _attribute(data - compute, terms, compute)
         else:
+            compute = flops / rate
             overhead = float(_param(machine, "launch_overhead", 0.0))
             data = max(terms.values(), default=0.0)
             stall = _attribute(data - compute, terms, compute)

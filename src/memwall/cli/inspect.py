@@ -17,7 +17,7 @@ def parse_gemm(text: str) -> tuple[int, int, int]:
     except ValueError:
         dims = ()
     if len(dims) != 3 or min(dims) < 1:
-        raise InputError(f"--gemm takes M,N,K as three positive integers, got {text!r}", field="--gemm")
+        raise argparse.ArgumentTypeError(f"--gemm takes M,N,K as three positive integers, got {text!r}")
     return dims  # type: ignore[return-value]
 
 
@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "momentum", "adam"))
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the network's own; fp32 for --gemm)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--exact", action="store_true",
+                   help="replay every access of every loop nest (default: sample nests beyond the step's "
+                        "budget of line lookups; see docs/timing.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         gemm=args.gemm,
     )
-    result = run_case(case)
+    result = run_case(case, exact=args.exact)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

@@ -71,6 +71,7 @@ class Lowered:
     nests: list[LoopNest]
     vector_instructions: int
     notes: str
+    parallel_units: int = 0  # independent pieces of work cores can share (0: not limited)
 
     @property
     def n_accesses(self) -> int:
@@ -103,16 +104,35 @@ def params_of(schedule: ScheduleSpec) -> dict[str, Any]:
     return p
 
 
+ELEMENTWISE_GRAIN = 1024  # elements per thread's chunk of an elementwise kernel (blocked family)
+
+
 def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lowered:
     """The access streams of one run of ``kernel`` on a machine with this schedule."""
     p = params_of(schedule)
     fam = schedule.family
     if kernel.op in ("gemm", "gemv"):
-        return {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
-                "tiled": _gemm_tiled}[fam](kernel, p)
+        out = {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
+               "tiled": _gemm_tiled}[fam](kernel, p)
+    elif kernel.op == "attention":
+        out = _attention(kernel, p, fam)
+    else:
+        out = _elementwise(kernel, p, fam, line_bytes)
+    if fam == "blocked":
+        out = replace(out, parallel_units=_blocked_parallelism(kernel, p))
+    return out
+
+
+def _blocked_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
+    """How many cores a multi-threaded BLAS-style kernel can keep busy: its output
+    micro-tiles for a product, its chunks of ``ELEMENTWISE_GRAIN`` elements otherwise."""
+    if kernel.op in ("gemm", "gemv") and kernel.dims is not None:
+        m, n, _ = kernel.dims
+        mr, nr = (int(x) for x in p["micro_tile"])
+        return kernel.batch * -(-m // mr) * -(-n // nr)
     if kernel.op == "attention":
-        return _attention(kernel, p, fam)
-    return _elementwise(kernel, p, fam, line_bytes)
+        return max(1, kernel.batch * int(kernel.params.get("seq", 1)) // 64)
+    return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
 
 
 # ---- operand geometry -----------------------------------------------------------------------

@@ -1,0 +1,182 @@
+"""One case end to end (memwall inspect): the contract of its result and the model's invariants."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import memwall.simulate as simulate
+from memwall.cli import main
+from memwall.levels import LevelSpec
+from memwall.profiles import MainMemory, load_machine
+from memwall.simulate import Case, run_case
+
+KEYS = ("machine", "network", "batch", "flops", "seconds", "stall_fraction", "fraction_of_peak",
+        "achieved_flops", "cups", "cycles", "bytes", "kernels")
+
+
+def _check_breakdown(part: dict) -> None:
+    cycles = part["cycles"]
+    assert set(cycles) >= {"total", "compute", "overhead", "stall"}
+    stall = sum(cycles["stall"].values())
+    assert cycles["total"] == pytest.approx(cycles["compute"] + cycles["overhead"] + stall, rel=1e-9)
+    assert all(v >= 0 for v in cycles["stall"].values())
+
+
+@pytest.mark.parametrize("machine, network, batch, updates", [
+    ("vax-11-780", "nettalk", 2, "per-example"),
+    ("cray-1", "nettalk", 1, "per-example"),
+    ("skylake-sp", "sonar", 8, "minibatch"),
+    ("a100-sxm", "encoder-8-3-8", 4, "minibatch"),
+])
+def test_result_has_the_contract_keys_and_its_breakdown_sums(machine, network, batch, updates):
+    r = run_case(Case(machine=machine, network=network, batch=batch, updates=updates))
+    for key in KEYS:
+        assert key in r
+    _check_breakdown(r)
+    assert r["stall_fraction"] == pytest.approx(sum(r["cycles"]["stall"].values()) / r["cycles"]["total"])
+    assert r["seconds"] * load_machine(machine).clock_hz == pytest.approx(r["cycles"]["total"])
+    assert set(r["bytes"]) == set(r["cycles"]["stall"])
+    for k in r["kernels"]:
+        for key in ("name", "flops", "seconds", "stall_fraction", "fraction_of_peak", "achieved_flops",
+                    "cycles", "bytes", "bound"):
+            assert key in k
+        _check_breakdown(k)
+    assert sum(k["seconds"] for k in r["kernels"]) == pytest.approx(r["seconds"])
+    assert sum(k["flops"] for k in r["kernels"]) == r["flops"]
+    assert r["cups"] == pytest.approx(r["ledger"]["weights"] * 0 + _connections(network) * batch / r["seconds"])
+
+
+def _connections(network: str) -> int:
+    from memwall.networks import load_network
+
+    return load_network(network).connections
+
+
+def test_affine_stack_on_an_accelerator_shows_both_regimes():
+    small = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=1))
+    large = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=16384))
+    assert small["bound"] == "memory" and small["fraction_of_peak"] < 0.01
+    assert large["bound"] == "compute" and large["fraction_of_peak"] > 0.8
+    assert large["stall_fraction"] < 0.05 < small["stall_fraction"]
+
+
+@pytest.mark.parametrize("machine, network", [
+    ("vax-11-780-fpa", "nettalk"), ("cray-x-mp", "nettalk"), ("h100-sxm", "nettalk"), ("skylake-sp", "sonar"),
+])
+def test_per_example_is_never_faster_than_the_same_work_batched(machine, network):
+    per = run_case(Case(machine=machine, network=network, batch=8, updates="per-example"))
+    mini = run_case(Case(machine=machine, network=network, batch=8, updates="minibatch"))
+    assert per["flops"] >= mini["flops"] * 0.99
+    assert per["seconds"] >= mini["seconds"] * (1 - 1e-9)
+
+
+def _scaled_memory(machine, factor):
+    mem = machine.memory
+    return dataclasses.replace(machine, memory=MainMemory(mem.capacity, mem.latency / factor, mem.bandwidth * factor))
+
+
+@pytest.mark.parametrize("machine, network, batch", [
+    ("vax-11-780", "nettalk", 1), ("cray-1", "nettalk", 1), ("skylake-sp", "lecun-1989", 4),
+    ("a100-sxm", "gpt2-small", 1),
+])
+def test_more_bandwidth_and_less_latency_are_never_slower(machine, network, batch):
+    base = load_machine(machine)
+    case = Case(machine=machine, network=network, batch=batch, seq_len=64 if network == "gpt2-small" else None)
+    times = [run_case(case, machine=_scaled_memory(base, f))["seconds"] for f in (0.25, 1, 4, 64)]
+    assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(times, times[1:]))
+
+
+def _bigger_caches(machine, factor):
+    levels = tuple(
+        lv if lv.software_managed else dataclasses.replace(lv, size=lv.size * factor) for lv in machine.levels
+    )
+    return dataclasses.replace(machine, levels=levels)
+
+
+@pytest.mark.parametrize("machine, network, batch", [
+    ("vax-8600", "nettalk", 1), ("skylake-sp", "lecun-1989", 8), ("v100-sxm2", "gpt2-small", 1),
+])
+def test_more_cache_never_increases_main_memory_traffic(machine, network, batch):
+    base = load_machine(machine)
+    assert all(lv.policy == "lru" for lv in base.cache_levels)
+    case = Case(machine=machine, network=network, batch=batch, seq_len=32 if network == "gpt2-small" else None)
+    traffic = [run_case(case, machine=_bigger_caches(base, f), exact=True)["bytes"]["memory"] for f in (1, 2, 8)]
+    assert traffic[0] >= traffic[1] >= traffic[2]
+
+
+@pytest.mark.parametrize("machine, network, batch", [
+    ("a100-sxm", "gpt2-small", 1), ("v100-sxm2", "bert-large", 1), ("h100-sxm", "gpt2-xl", 1),
+])
+def test_sampled_replay_agrees_with_the_exact_one(monkeypatch, machine, network, batch):
+    case = Case(machine=machine, network=network, batch=batch)
+    exact = run_case(case, exact=True)
+    # a budget ten times tighter than the default, so that these steps are sampled
+    monkeypatch.setattr(simulate, "STEP_BUDGET", simulate.STEP_BUDGET // 10)
+    monkeypatch.setattr(simulate, "SAMPLE_FLOOR", simulate.SAMPLE_FLOOR // 5)
+    sampled = run_case(case)
+    assert sampled["seconds"] != exact["seconds"], "the budget did not make the step sample"
+    assert sampled["seconds"] == pytest.approx(exact["seconds"], rel=0.03)
+    assert sampled["bytes"]["memory"] == pytest.approx(exact["bytes"]["memory"], rel=0.05)
+
+
+def test_a_network_that_does_not_fit_is_simulated_with_a_warning(capsys):
+    code = main(["inspect", "--machine", "vax-11-780", "--network", "gpt2-small", "--seq-len", "8",
+                 "--phase", "forward", "--json"])
+    out = capsys.readouterr()
+    assert code == 0
+    r = json.loads(out.out)
+    assert not r["capacity"]["fits"] and r["ledger"]["peak"] > r["capacity"]["memory"]
+    assert "warning" in out.err and "vax-11-780" in out.err
+    assert r["seconds"] > 0
+
+
+def test_inspect_prints_a_breakdown_and_a_verdict(capsys):
+    assert main(["inspect", "--machine", "cray-1", "--network", "nettalk", "--updates", "per-example"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict:" in text and "L1.fwd" in text and "memory" in text
+
+
+def _exit_code(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as done:  # argparse's own refusals
+        return int(done.code)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--machine", "no-such-machine", "--network", "nettalk"], "no-such-machine"),
+    (["--machine", "cray-1", "--network", "no-such-net"], "no-such-net"),
+    (["--machine", "cray-1", "--network", "nettalk", "--batch", "0"], "batch"),
+    (["--machine", "cray-1", "--gemm", "4,0,2"], "--gemm"),
+])
+def test_bad_arguments_are_named(capsys, args, words):
+    assert _exit_code(["inspect", *args]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_gemm_and_forward_flops_match_closed_forms():
+    r = run_case(Case(machine="v100-sxm2", gemm=(512, 64, 256), dtype="fp16"))
+    assert r["flops"] == 2 * 512 * 64 * 256
+    train = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=4))
+    forward = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=4, phase="forward"))
+    products = lambda r: sum(k["flops"] for k in r["kernels"] if k["op"] in ("gemm", "gemv"))  # noqa: E731
+    assert products(forward) * 3 == products(train)
+    assert forward["cps"] > 0 and forward["cups"] == 0
+
+
+def test_same_inputs_give_the_same_numbers_bit_for_bit():
+    a = run_case(Case(machine="skylake-sp", network="nettalk", batch=4))
+    b = run_case(Case(machine="skylake-sp", network="nettalk", batch=4))
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_a_level_bandwidth_floor_binds_on_a_synthetic_machine():
+    base = load_machine("vax-11-780")
+    slow = dataclasses.replace(base, levels=tuple(
+        dataclasses.replace(lv, bandwidth=1e3) if isinstance(lv, LevelSpec) else lv for lv in base.levels
+    ))
+    r = run_case(Case(machine="vax-11-780", network="encoder-8-3-8", batch=1), machine=slow)
+    assert r["bound"] == base.cache_levels[0].name
