@@ -86,7 +86,7 @@ def test_more_bandwidth_and_less_latency_are_never_slower(machine, network, batc
     base = load_machine(machine)
     case = Case(machine=machine, network=network, batch=batch, seq_len=64 if network == "gpt2-small" else None)
     times = [run_case(case, machine=_scaled_memory(base, f))["seconds"] for f in (0.25, 1, 4, 64)]
-    assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(times, times[1:]))
+    assert all(later <= earlier * (1 + 1e-9) for earlier, later in zip(times, times[1:], strict=False))
 
 
 def _bigger_caches(machine, factor):
