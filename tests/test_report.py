@@ -22,7 +22,7 @@ def sweep_dir(tmp_path_factory):
     res = sw.run_sweep(ts.CASES, out, jobs=2, runner=ts.RUNNER, catalogue=ts.CAT, progress=False)
     machines = fg.machine_table(None if ts.REAL else ts.MACHINES.values())
     ledger = fg.ledger_table(batches=(1, 1024, 4096)) if ts.REAL else tf.fake_ledger()
-    fg.write_figures(out, res.rows, machines=machines, ledger=ledger)
+    fg.write_figures(out, res.rows, machines=machines, ledger=ledger, measurements=tf.FAST_MEASUREMENTS)
     return out
 
 
@@ -35,6 +35,8 @@ def test_report_is_self_contained(sweep_dir, pyplot):
     assert not re.search(r"""(src|href)=['"](https?:|//|[^'"#d])""", text)
     for row in ts.CASES[:1]:
         assert f"id='m-{row.machine}'" in text
+    # the validation figure's cases, as a table with their notes
+    assert "id='validation'" in text and "deepbench-v100-fp32-4096x16x4096" in text
 
 
 def test_report_command_and_its_error(sweep_dir, tmp_path, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,9 @@ CAPTIONS = {
     "cross at batch = width for a chain of square layers, and √L checkpointing moves the crossover right.",
     "synthetic_balance": "One compute engine with its memory bandwidth swept over four decades: stall "
     "fraction against balance, with nothing else changed.",
+    "validation": "memwall's prediction for each published measurement of era_data/measurements "
+    "(GEMMs, CUPS of the 1980s machines, a Megatron-LM floor) against the measured value, log-log; "
+    "the grey band is within 2x. The table below gives each case with its source note.",
 }
 
 STYLE = """
@@ -92,7 +96,7 @@ def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]]) -
 
 
 TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "phase", "bound", "status", "error",
-             "dtype", "key", "source", "status_", "derivation", "value"}
+             "dtype", "key", "source", "status_", "derivation", "value", "id", "workload", "metric", "notes"}
 
 
 def _stall_bar(row: Mapping[str, Any], levels: Sequence[str]) -> str:
@@ -103,6 +107,14 @@ def _stall_bar(row: Mapping[str, Any], levels: Sequence[str]) -> str:
     spans = "".join(f"<span title='{_e(name)} {float(v):.1%}' style='width:{100 * float(v):.2f}%;"
                     f"background:{colour}'></span>" for colour, name, v in parts if v)
     return f"<div class='bar'>{spans}</div>"
+
+
+def _validation(folder: Path) -> dict[str, Any] | None:
+    """The sweep's validation.json (written with the figures), if there is one."""
+    path = folder / "validation.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _figure_data(folder: Path, name: str) -> str:
@@ -172,6 +184,21 @@ def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
             ("phase", "phase"), ("seconds", "seconds"), ("stall_fraction", "stall"),
             ("fraction_of_peak", "of peak"), ("cups", "CUPS"), ("bound", "bound")]
     out.append(_table(ok, cols))
+
+    validation = _validation(figdir.parent)
+    if validation:
+        summary = validation["summary"]
+        out.append("<h2 id='validation'>Validation against published measurements</h2>")
+        out.append(f"<p>{_e(summary.get('cases'))} cases; predicted ÷ measured within 2× for "
+                   f"{_num(summary.get('share_within_2x'))} of the point checks, median |log2 ratio| "
+                   f"{_num(summary.get('median_abs_log2_ratio'))}, worst {_num(summary.get('worst_abs_log2_ratio'))} "
+                   f"({_e(summary.get('worst_case'))}); bound checks held: {_e(summary.get('bounds_held'))} of "
+                   f"{_e(summary.get('bound_cases'))}. "
+                   "Each note says what was measured and, where the prediction misses, why.</p>")
+        out.append(_table(validation["cases"], [
+            ("id", "case"), ("machine", "machine"), ("workload", "workload"), ("metric", "metric"),
+            ("measured", "measured"), ("predicted", "predicted"), ("ratio", "ratio"), ("bound", "bound"),
+            ("status", "status"), ("notes", "note")]))
 
     out.append("<h2 id='machines'>Machines</h2>")
     for mid in machines:

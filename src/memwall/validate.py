@@ -23,6 +23,7 @@ Metric conversions, exactly as computed here (``s`` = predicted seconds of one s
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -425,3 +426,16 @@ def validation_figure(cases: Iterable[CaseResult | Mapping[str, Any]], out_dir: 
         fig.savefig(path, dpi=150)
     plt.close(fig)
     return paths
+
+
+def write_validation(out: str | Path, measurements: str | Path | None = None) -> list[Path]:
+    """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
+    a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
+    ``.svg``) beside its figures."""
+    from .measurements import load_measurements
+
+    out = Path(out)
+    results = validate(load_measurements(measurements))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "validation.json").write_text(json.dumps(to_json(results), indent=1) + "\n", encoding="utf-8")
+    return validation_figure(results, out / "figures")

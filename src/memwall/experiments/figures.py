@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance")
+         "synthetic_balance", "validation")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -37,6 +37,7 @@ TITLES = {
     "batch_window": "4. The batch window: fraction of peak against batch",
     "capacity_ledger": "5. The capacity ledger: saved activations against parameters",
     "synthetic_balance": "6. Synthetic balance sweep: one engine, memory bandwidth over four decades",
+    "validation": "7. Validation: memwall's predictions against published measurements",
 }
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
@@ -389,11 +390,13 @@ def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
 def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   machines: Sequence[Mapping[str, Any]] | None = None,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
-                  only: Iterable[str] | None = None) -> dict[str, list[Path]]:
+                  only: Iterable[str] | None = None,
+                  measurements: str | os.PathLike[str] | None = None) -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> paths.
 
     ``machines`` (see :func:`machine_table`) and ``ledger`` (see :func:`ledger_table`)
-    default to the shipped profiles and the affine-48x1024 network's steps.
+    default to the shipped profiles and the affine-48x1024 network's steps; the validation
+    figure predicts the shipped measurements, or those in ``measurements`` (file or folder).
     """
     names = list(only) if only else list(NAMES)
     folder = Path(out) / "figures"
@@ -405,7 +408,13 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "capacity_ledger": lambda: fig_capacity_ledger(ledger if ledger is not None else _default_ledger()),
         "synthetic_balance": lambda: fig_synthetic_balance(rows),
     }
-    return {name: save(makers[name](), folder, name) for name in names}
+    written = {name: save(makers[name](), folder, name) for name in names if name in makers}
+    if "validation" in names:
+        # Predictions of the shipped measurements, independent of the sweep's own cases.
+        from ..validate import write_validation
+
+        written["validation"] = write_validation(out, measurements)
+    return written
 
 
 def _default_ledger() -> list[dict[str, Any]]:
