@@ -231,23 +231,25 @@ def fig_stall_breakdown(rows: Sequence[Row], network: str | None = None):
         return _empty("stall_breakdown", "per-example training cases of one network on several machines")
     levels = stall_levels(sel)
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(sel) + 3), 5))
-    x = np.arange(len(sel))
-    bottom = np.zeros(len(sel))
+    # One horizontal bar per machine, oldest at the top, so fifty names stay readable.
+    fig, ax = plt.subplots(figsize=(9, max(3.5, 0.24 * len(sel) + 1.6)))
+    y = np.arange(len(sel))
+    left = np.zeros(len(sel))
     parts = [("compute", "compute_fraction", "#55a868")]
     parts += [(f"stall: {lv}", f"stall_{lv}", STALL_COLOURS[k % len(STALL_COLOURS)]) for k, lv in enumerate(levels)]
-    parts += [("overhead", "overhead_fraction", "#4c72b0")]
+    parts += [("overhead (launch, vector start-up)", "overhead_fraction", "#4c72b0")]
     for label, col, colour in parts:
         vals = np.array([float(r.get(col) or 0.0) for r in sel])
         if not vals.any():
             continue
-        ax.bar(x, vals, bottom=bottom, color=colour, label=label, width=0.7)
-        bottom += vals
-    ax.set_xticks(x, [_label(r) for r in sel], rotation=40, ha="right", fontsize=7)
-    ax.set_ylabel("share of the step's cycles")
-    ax.set_ylim(0, 1.02)
+        ax.barh(y, vals, left=left, color=colour, label=label, height=0.75)
+        left += vals
+    ax.set_yticks(y, [_label(r) for r in sel], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the step's cycles")
+    ax.set_xlim(0, 1.0)
     ax.set_title(f"{network}, batch 1, per-example updates: where the cycles go")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.04), ncol=3)
     _finish(fig, _sources())
     return fig
 
