@@ -1,7 +1,7 @@
 # cython: language_level=3
 """memwall's cache-hierarchy engine: replays references through set-associative levels.
 
-Owns the C state of a hierarchy (per level: flat arrays of tags, stamps, dirty and
+Owns the C state of a hierarchy (per level: one flat array of ways, each its tag, stamp and dirty bit, and
 valid bits, tree-PLRU bits, a seeded generator, the 3C shadows) and the three hot
 loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
 The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
@@ -199,7 +199,7 @@ cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept 
     for w in range(L.ways):
         # A way is valid iff its stamp is non-zero; an invalid way's tag is 0, itself a
         # legal line number, so the stamp is read on a tag match.
-        if L.tags[base + w] == line and L.stamp[base + w] != 0:
+        if L.way[base + w].tag == line and L.way[base + w].stamp != 0:
             return <int64_t> w
     return -1
 
@@ -225,7 +225,7 @@ cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     """A hit: LRU refreshes the stamp, PLRU its tree bits; FIFO and random change nothing."""
     if L.policy == POLICY_LRU:
         L.clock += 1
-        L.stamp[set * L.ways + way] = L.clock
+        L.way[set * L.ways + way].stamp = L.clock
     elif L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
@@ -237,14 +237,14 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
     if L.policy == POLICY_LRU or L.policy == POLICY_FIFO:
         # Invalid ways have stamp 0, so the first smallest stamp is the lowest invalid
         # way when there is one: 'invalid first' comes for free.
-        oldest = L.stamp[base]
+        oldest = L.way[base].stamp
         for w in range(1, L.ways):
-            if L.stamp[base + w] < oldest:
-                oldest = L.stamp[base + w]
+            if L.way[base + w].stamp < oldest:
+                oldest = L.way[base + w].stamp
                 best = w
         return best
     for w in range(L.ways):
-        if L.stamp[base + w] == 0:
+        if L.way[base + w].stamp == 0:
             return w
     if L.policy == POLICY_RANDOM:
         return splitmix64(&L.rng) % L.ways
@@ -263,18 +263,18 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
 
 cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, bint dirty) noexcept nogil:
     cdef uint64_t idx = set * L.ways + way
-    L.tags[idx] = line
-    L.dirty[idx] = dirty
+    L.way[idx].tag = line
+    L.way[idx].dirty = dirty
     L.clock += 1
-    L.stamp[idx] = L.clock  # LRU: last use; FIFO: install time
+    L.way[idx].stamp = L.clock  # LRU: last use; FIFO: install time
     if L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
 
 cdef inline void invalidate(level_t *L, uint64_t idx) noexcept nogil:
-    L.stamp[idx] = 0
-    L.dirty[idx] = 0
-    L.tags[idx] = 0
+    L.way[idx].stamp = 0
+    L.way[idx].dirty = 0
+    L.way[idx].tag = 0
     if L.mru_valid and L.mru_idx == idx:
         L.mru_valid = 0
 
@@ -333,7 +333,7 @@ cdef bint back_invalidate(engine_t *e, int j, addr_t addr, uint64_t nbytes) noex
         way = find_way(U, set * U.ways, line)
         if way >= 0:
             idx = set * U.ways + <uint64_t> way
-            dirty |= U.dirty[idx]
+            dirty |= U.way[idx].dirty
             U.c.back_invalidations += 1
             invalidate(U, idx)
         if line == last:
@@ -372,14 +372,14 @@ cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcep
     cdef bint vdirty
     if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
         idx = base + <uint64_t> found
-        L.dirty[idx] |= dirty
+        L.way[idx].dirty |= dirty
         touch(L, set, <uint64_t> found)
         return
     way = choose_victim(L, set)
     idx = base + way
-    if L.stamp[idx] != 0:
-        vline = L.tags[idx]
-        vdirty = L.dirty[idx]
+    if L.way[idx].stamp != 0:
+        vline = L.way[idx].tag
+        vdirty = L.way[idx].dirty
         invalidate(L, idx)
         evict(e, lv, vline, vdirty)
     install(L, set, way, line, dirty)
@@ -400,7 +400,7 @@ cdef bint fetch_exclusive(engine_t *e, int lv, uint64_t line) noexcept nogil:
         classify_ref(L, line, way >= 0, 1, &e.err)
     if way >= 0:
         idx = set * L.ways + <uint64_t> way
-        dirty = L.dirty[idx]
+        dirty = L.way[idx].dirty
         invalidate(L, idx)
         return dirty
     L.c.read_misses += 1
@@ -432,8 +432,8 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
                 L.c.bytes_out += nbytes
                 ref(e, lv + 1, lo, nbytes, 1)
             else:
-                L.dirty[idx] = 1
-        if lv == 0 and L.stamp[idx] != 0 and L.tags[idx] == line:
+                L.way[idx].dirty = 1
+        if lv == 0 and L.way[idx].stamp != 0 and L.way[idx].tag == line:
             L.mru_valid = 1
             L.mru_line = line
             L.mru_idx = idx
@@ -462,9 +462,9 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
     # Victim choice after the fetch: the fetch may have back-invalidated ways here.
     way = choose_victim(L, set)
     idx = base + way
-    if L.stamp[idx] != 0:
-        vline = L.tags[idx]
-        vdirty = L.dirty[idx]
+    if L.way[idx].stamp != 0:
+        vline = L.way[idx].tag
+        vdirty = L.way[idx].dirty
         invalidate(L, idx)
         evict(e, lv, vline, vdirty)
     install(L, set, way, line, is_write or fill_dirty)
@@ -492,7 +492,7 @@ cdef inline void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) 
         if L.mru_valid and line == L.mru_line and not (is_write and L.write_through):
             if is_write:
                 L.c.writes += 1
-                L.dirty[L.mru_idx] = 1
+                L.way[L.mru_idx].dirty = 1
             else:
                 L.c.reads += 1
         else:
@@ -514,11 +514,11 @@ cdef void flush_all(engine_t *e) noexcept nogil:
     for lv in range(e.n):
         L = &e.levels[lv]
         for idx in range(L.sets * L.ways):  # set order, then way order
-            if L.stamp[idx] != 0 and L.dirty[idx]:
-                L.dirty[idx] = 0
+            if L.way[idx].stamp != 0 and L.way[idx].dirty:
+                L.way[idx].dirty = 0
                 L.c.writebacks += 1
                 L.c.bytes_out += L.line_bytes
-                ref(e, lv + 1, L.tags[idx] << L.line_shift, L.line_bytes, 1)
+                ref(e, lv + 1, L.way[idx].tag << L.line_shift, L.line_bytes, 1)
 
 
 # ------------------------------------------------------------------- loop nests
@@ -635,11 +635,9 @@ cdef class Engine:
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
             # calloc: an empty level is all zeros, and the OS hands out zero pages lazily,
             # so a 32 MiB level costs nothing until its sets are used.
-            L.tags = <uint64_t *> calloc(nways_total, sizeof(uint64_t))
-            L.stamp = <uint64_t *> calloc(nways_total, sizeof(uint64_t))
-            L.dirty = <uint8_t *> calloc(nways_total, 1)
+            L.way = <way_t *> calloc(nways_total, sizeof(way_t))
             L.plru = <uint8_t *> calloc(nbits, 1)
-            if L.tags == NULL or L.stamp == NULL or L.dirty == NULL or L.plru == NULL:
+            if L.way == NULL or L.plru == NULL:
                 raise MemoryError(f"cannot allocate level {name!r}")
             if classify:
                 if lineset_init(&L.seen) != 0 or fa_init(&L.shadow, <int64_t> nways_total) != 0:
@@ -653,9 +651,7 @@ cdef class Engine:
             return
         for i in range(self.e.n):
             L = &self.e.levels[i]
-            free(L.tags)
-            free(L.stamp)
-            free(L.dirty)
+            free(L.way)
             free(L.plru)
             free(L.seen.keys)
             free(L.shadow.key)
@@ -673,9 +669,7 @@ cdef class Engine:
             L = &self.e.levels[i]
             nways_total = L.sets * L.ways
             if arrays:  # fresh from calloc they are zero already
-                memset(L.tags, 0, nways_total * sizeof(uint64_t))
-                memset(L.stamp, 0, nways_total * sizeof(uint64_t))
-                memset(L.dirty, 0, nways_total)
+                memset(L.way, 0, nways_total * sizeof(way_t))
                 memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             L.clock = 0
             L.rng = L.seed
@@ -788,7 +782,7 @@ cdef class Engine:
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w
-            out.append((L.tags[idx] if L.stamp[idx] != 0 else None, bool(L.dirty[idx])))
+            out.append((L.way[idx].tag if L.way[idx].stamp != 0 else None, bool(L.way[idx].dirty)))
         return out
 
 

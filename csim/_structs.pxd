@@ -61,6 +61,15 @@ ctypedef struct fa_lru_t:
     int64_t head                   # MRU node
     int64_t tail                   # LRU node
 
+# One way of a set. Tag, stamp and dirty bit sit together so that a lookup, a victim
+# choice and an install touch the same host cache lines (a 32 MiB simulated level's
+# ways do not fit in the host's caches; three separate arrays cost three misses).
+ctypedef struct way_t:
+    uint64_t tag                   # line number; 0 where invalid (itself a legal line: see stamp)
+    uint64_t stamp                 # LRU: last touch; FIFO: install time (per-level clock,
+                                   #   from 1); 0 <=> the way is invalid, for every policy
+    uint8_t dirty                  # 0 where invalid
+
 ctypedef struct level_t:
     uint64_t sets                  # sets
     uint64_t ways                  # lines per set
@@ -71,10 +80,7 @@ ctypedef struct level_t:
     int policy                     # Policy
     bint write_through             # write-through + no-write-allocate, else write-back + allocate
     int inclusion                  # Inclusion, relative to the level(s) above
-    uint64_t *tags                 # line number per way, sets*ways; 0 where invalid
-    uint64_t *stamp                # LRU: last touch; FIFO: install time (per-level clock,
-                                   #   from 1); 0 <=> the way is invalid, for every policy
-    uint8_t *dirty                 # per way; 0 where invalid
+    way_t *way                     # sets*ways, set by set
     uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
     uint64_t clock                 # ticks once per touch or install
     uint64_t rng                   # splitmix64 state of the random policy
