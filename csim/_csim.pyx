@@ -363,26 +363,34 @@ cdef void evict(engine_t *e, int lv, uint64_t vline, bint vdirty) noexcept nogil
         ref(e, lv + 1, vline << L.line_shift, L.line_bytes, 1)
 
 
-cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcept nogil:
-    """Install a victim of the level above into exclusive level lv (not a lookup)."""
+cdef uint64_t replace_victim(engine_t *e, int lv, uint64_t set, uint64_t line, bint dirty) noexcept nogil:
+    """Choose a victim in ``set`` (an invalid way first), evict it, install ``line`` there;
+    return the way's index in the level's flat array."""
     cdef level_t *L = &e.levels[lv]
-    cdef uint64_t set = set_of(L, line), base = set * L.ways, way, idx
-    cdef int64_t found = find_way(L, base, line)
+    cdef uint64_t way = choose_victim(L, set)
+    cdef uint64_t idx = set * L.ways + way
     cdef uint64_t vline
     cdef bint vdirty
-    if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
-        idx = base + <uint64_t> found
-        L.way[idx].dirty |= dirty
-        touch(L, set, <uint64_t> found)
-        return
-    way = choose_victim(L, set)
-    idx = base + way
     if L.way[idx].stamp != 0:
         vline = L.way[idx].tag
         vdirty = L.way[idx].dirty
         invalidate(L, idx)
         evict(e, lv, vline, vdirty)
     install(L, set, way, line, dirty)
+    return idx
+
+
+cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcept nogil:
+    """Install a victim of the level above into exclusive level lv (not a lookup)."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t set = set_of(L, line), base = set * L.ways, idx
+    cdef int64_t found = find_way(L, base, line)
+    if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
+        idx = base + <uint64_t> found
+        L.way[idx].dirty |= dirty
+        touch(L, set, <uint64_t> found)
+        return
+    replace_victim(e, lv, set, line, dirty)
 
 
 cdef bint fetch_exclusive(engine_t *e, int lv, uint64_t line) noexcept nogil:
@@ -413,9 +421,9 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
     """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
     cdef level_t *L = &e.levels[lv]
     cdef uint64_t set = set_of(L, line)
-    cdef uint64_t base = set * L.ways, idx, way, vline
+    cdef uint64_t base = set * L.ways, idx
     cdef int64_t found = find_way(L, base, line)
-    cdef bint exclusive_below, fill_dirty = 0, vdirty
+    cdef bint exclusive_below, fill_dirty = 0
     cdef level_t *B
     if is_write:
         L.c.writes += 1
@@ -460,14 +468,7 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
         if found >= 0:
             invalidate(B, set_of(B, line) * B.ways + <uint64_t> found)
     # Victim choice after the fetch: the fetch may have back-invalidated ways here.
-    way = choose_victim(L, set)
-    idx = base + way
-    if L.way[idx].stamp != 0:
-        vline = L.way[idx].tag
-        vdirty = L.way[idx].dirty
-        invalidate(L, idx)
-        evict(e, lv, vline, vdirty)
-    install(L, set, way, line, is_write or fill_dirty)
+    idx = replace_victim(e, lv, set, line, is_write or fill_dirty)
     if lv == 0:
         L.mru_valid = 1
         L.mru_line = line

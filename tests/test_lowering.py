@@ -129,31 +129,11 @@ def test_elementwise_and_update_bytes_are_exact(family):
             assert len(addr) == nest.n_accesses
 
 
-TINY = """
-id = "tiny-gpt"
-name = "tiny"
-kind = "transformer"
-year = 2024
-source = "test"
-status = "synthetic"
-[transformer]
-layers = 3
-d_model = 32
-heads = 4
-d_ff = 128
-vocab = 50
-seq_len = 16
-dropout = true
-linear_bias = true
-tied_embeddings = true
-"""
 
 
 @pytest.mark.parametrize("family", ["tiled", "blocked"])
-def test_scaled_layers_give_the_stream_statistics_of_the_full_simulation(tmp_path, family):
-    p = tmp_path / "tiny.toml"
-    p.write_text(TINY)
-    net = load_network(p)
+def test_scaled_layers_give_the_stream_statistics_of_the_full_simulation(tiny_gpt, family):
+    net = tiny_gpt(3, 32, 128, 50, 16)
     cfg = TrainingConfig(batch=2, optimizer="momentum")
 
     def stats(step):

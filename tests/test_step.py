@@ -126,31 +126,11 @@ def test_dense_transformer_flops_are_6_n_tokens_plus_attention():
         assert abs(st.flops["forward"] + st.flops["backward"] - expected) / expected < 0.01, nid
 
 
-TINY = """
-id = "tiny-gpt"
-name = "tiny"
-kind = "transformer"
-year = 2024
-source = "test"
-status = "synthetic"
-[transformer]
-layers = 4
-d_model = 64
-heads = 4
-d_ff = 256
-vocab = 100
-seq_len = 32
-dropout = true
-linear_bias = true
-tied_embeddings = true
-"""
 
 
 @pytest.mark.parametrize("ckpt", ["none", "sqrt", "selective"])
-def test_scaled_layers_match_the_full_simulation(tmp_path, ckpt):
-    p = tmp_path / "tiny.toml"
-    p.write_text(TINY)
-    net = load_network(p)
+def test_scaled_layers_match_the_full_simulation(tiny_gpt, ckpt):
+    net = tiny_gpt(4, 64, 256, 100, 32)
     cfg = TrainingConfig(batch=2, checkpoint=ckpt, optimizer="adam")
     scaled = build_step(net, cfg)
     full = build_step(net, cfg, expand_repeats=True)

@@ -333,21 +333,20 @@ class StepTiming:
     def overhead(self) -> float:
         return self._sum("overhead")
 
-    @property
-    def stall(self) -> dict[str, float]:
+    def _by_level(self, attr: str) -> dict[str, float]:
         out: dict[str, float] = {}
         for k in self.kernels:
-            for name, v in k.stall.items():
-                out[name] = out.get(name, 0.0) + self.iterations * v
+            for name, v in getattr(k, attr).items():
+                out[name] = out.get(name, 0) + self.iterations * v
         return out
 
     @property
-    def bytes(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for k in self.kernels:
-            for name, v in k.bytes.items():
-                out[name] = out.get(name, 0) + self.iterations * v
-        return out
+    def stall(self) -> dict[str, float]:
+        return self._by_level("stall")
+
+    @property
+    def bytes(self) -> dict[str, float]:
+        return self._by_level("bytes")
 
     @property
     def seconds(self) -> float:
