@@ -160,6 +160,7 @@ def test_bad_arguments_are_named(capsys, args, words):
 def test_gemm_and_forward_flops_match_closed_forms():
     r = run_case(Case(machine="v100-sxm2", gemm=(512, 64, 256), dtype="fp16"))
     assert r["flops"] == 2 * 512 * 64 * 256
+    assert r["phase"] == "forward" and r["cups"] == 0  # a product trains nothing
     train = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=4))
     forward = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=4, phase="forward"))
     products = lambda r: sum(k["flops"] for k in r["kernels"] if k["op"] in ("gemm", "gemv"))  # noqa: E731
