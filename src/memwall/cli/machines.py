@@ -35,7 +35,7 @@ def add_machines_command(name: str, help: str, **kwargs: Any) -> argparse.Argume
 def register(subparsers: Any) -> None:
     global _machines_subparsers
     parser = subparsers.add_parser(
-        "machines", help="list, show and validate machine profiles",
+        "machines", help="list, show and validate machine profiles; detect the host",
         description="The catalogue of machines: profiles in era_data/machines, with provenance.",
     )
     sub = parser.add_subparsers(dest="machines_command", metavar="ACTION")
