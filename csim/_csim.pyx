@@ -1,9 +1,9 @@
 # cython: language_level=3
 """memwall's cache-hierarchy engine: replays references through set-associative levels.
 
-Owns the C state of a hierarchy (per level: one flat array of ways, each its tag, stamp and dirty bit, and
-valid bits, tree-PLRU bits, a seeded generator, the 3C shadows) and the three hot
-loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
+Owns the C state of a hierarchy (per level: one flat array of 16-byte ways, each its tag
+and its stamp with the dirty bit, tree-PLRU bits, a seeded generator, the 3C shadows)
+and the three hot loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
 The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
 tests/reference_model.py, which is the oracle these loops are tested against.
 
@@ -199,7 +199,7 @@ cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept 
     for w in range(L.ways):
         # A way is valid iff its stamp is non-zero; an invalid way's tag is 0, itself a
         # legal line number, so the stamp is read on a tag match.
-        if L.way[base + w].tag == line and L.way[base + w].stamp != 0:
+        if L.way[base + w].tag == line and L.way[base + w].sd != 0:
             return <int64_t> w
     return -1
 
@@ -224,8 +224,8 @@ cdef inline void plru_touch(level_t *L, uint64_t set, uint64_t way) noexcept nog
 cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     """A hit: LRU refreshes the stamp, PLRU its tree bits; FIFO and random change nothing."""
     if L.policy == POLICY_LRU:
-        L.clock += 1
-        L.way[set * L.ways + way].stamp = L.clock
+        L.clock += 2
+        L.way[set * L.ways + way].sd = L.clock | (L.way[set * L.ways + way].sd & 1)
     elif L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
@@ -237,14 +237,15 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
     if L.policy == POLICY_LRU or L.policy == POLICY_FIFO:
         # Invalid ways have stamp 0, so the first smallest stamp is the lowest invalid
         # way when there is one: 'invalid first' comes for free.
-        oldest = L.way[base].stamp
+        # (sd orders ways by stamp: stamps are distinct, the dirty bit is below them.)
+        oldest = L.way[base].sd
         for w in range(1, L.ways):
-            if L.way[base + w].stamp < oldest:
-                oldest = L.way[base + w].stamp
+            if L.way[base + w].sd < oldest:
+                oldest = L.way[base + w].sd
                 best = w
         return best
     for w in range(L.ways):
-        if L.way[base + w].stamp == 0:
+        if L.way[base + w].sd == 0:
             return w
     if L.policy == POLICY_RANDOM:
         return splitmix64(&L.rng) % L.ways
@@ -264,16 +265,14 @@ cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
 cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, bint dirty) noexcept nogil:
     cdef uint64_t idx = set * L.ways + way
     L.way[idx].tag = line
-    L.way[idx].dirty = dirty
-    L.clock += 1
-    L.way[idx].stamp = L.clock  # LRU: last use; FIFO: install time
+    L.clock += 2
+    L.way[idx].sd = L.clock | (dirty != 0)  # LRU: last use; FIFO: install time
     if L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
 
 cdef inline void invalidate(level_t *L, uint64_t idx) noexcept nogil:
-    L.way[idx].stamp = 0
-    L.way[idx].dirty = 0
+    L.way[idx].sd = 0
     L.way[idx].tag = 0
     if L.mru_valid and L.mru_idx == idx:
         L.mru_valid = 0
@@ -333,7 +332,7 @@ cdef bint back_invalidate(engine_t *e, int j, addr_t addr, uint64_t nbytes) noex
         way = find_way(U, set * U.ways, line)
         if way >= 0:
             idx = set * U.ways + <uint64_t> way
-            dirty |= U.way[idx].dirty
+            dirty |= <bint> (U.way[idx].sd & 1)
             U.c.back_invalidations += 1
             invalidate(U, idx)
         if line == last:
@@ -371,9 +370,9 @@ cdef uint64_t replace_victim(engine_t *e, int lv, uint64_t set, uint64_t line, b
     cdef uint64_t idx = set * L.ways + way
     cdef uint64_t vline
     cdef bint vdirty
-    if L.way[idx].stamp != 0:
+    if L.way[idx].sd != 0:
         vline = L.way[idx].tag
-        vdirty = L.way[idx].dirty
+        vdirty = <bint> (L.way[idx].sd & 1)
         invalidate(L, idx)
         evict(e, lv, vline, vdirty)
     install(L, set, way, line, dirty)
@@ -387,7 +386,7 @@ cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcep
     cdef int64_t found = find_way(L, base, line)
     if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
         idx = base + <uint64_t> found
-        L.way[idx].dirty |= dirty
+        L.way[idx].sd |= (dirty != 0)
         touch(L, set, <uint64_t> found)
         return
     replace_victim(e, lv, set, line, dirty)
@@ -408,7 +407,7 @@ cdef bint fetch_exclusive(engine_t *e, int lv, uint64_t line) noexcept nogil:
         classify_ref(L, line, way >= 0, 1, &e.err)
     if way >= 0:
         idx = set * L.ways + <uint64_t> way
-        dirty = L.way[idx].dirty
+        dirty = <bint> (L.way[idx].sd & 1)
         invalidate(L, idx)
         return dirty
     L.c.read_misses += 1
@@ -417,13 +416,13 @@ cdef bint fetch_exclusive(engine_t *e, int lv, uint64_t line) noexcept nogil:
     return 0
 
 
-cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
-    """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
+cdef void line_ref_general(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
+    """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules), every option."""
     cdef level_t *L = &e.levels[lv]
     cdef uint64_t set = set_of(L, line)
     cdef uint64_t base = set * L.ways, idx
     cdef int64_t found = find_way(L, base, line)
-    cdef bint exclusive_below, fill_dirty = 0
+    cdef bint exclusive_below = L.next_exclusive, fill_dirty = 0
     cdef level_t *B
     if is_write:
         L.c.writes += 1
@@ -440,8 +439,8 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
                 L.c.bytes_out += nbytes
                 ref(e, lv + 1, lo, nbytes, 1)
             else:
-                L.way[idx].dirty = 1
-        if lv == 0 and L.way[idx].stamp != 0 and L.way[idx].tag == line:
+                L.way[idx].sd |= 1
+        if lv == 0 and L.way[idx].sd != 0 and L.way[idx].tag == line:
             L.mru_valid = 1
             L.mru_line = line
             L.mru_idx = idx
@@ -454,7 +453,6 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
             return
     else:
         L.c.read_misses += 1
-    exclusive_below = lv + 1 < e.n and e.levels[lv + 1].inclusion == INCL_EXCLUSIVE
     if not (is_write and nbytes == L.line_bytes):
         L.c.bytes_in += L.line_bytes
         if exclusive_below:
@@ -475,6 +473,88 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
         L.mru_idx = idx
 
 
+cdef inline void next_line_ref(engine_t *e, int lv, uint64_t line, bint is_write) noexcept nogil:
+    """A whole-line reference from level lv to the level below it (or to main memory)."""
+    cdef level_t *L = &e.levels[lv]
+    if lv + 1 == e.n:
+        if is_write:
+            e.mem.writes += 1
+            e.mem.bytes_written += L.line_bytes
+        else:
+            e.mem.reads += 1
+            e.mem.bytes_read += L.line_bytes
+    elif L.next_same_line:
+        line_ref(e, lv + 1, line, line << L.line_shift, L.line_bytes, is_write)
+    else:
+        ref(e, lv + 1, line << L.line_shift, L.line_bytes, is_write)
+
+
+cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint is_write) noexcept nogil:
+    """line_ref_general for a level with ``fast`` set (LRU or FIFO, write-back, no 3C, no
+    inclusion to keep, no victim level below): nothing below can touch this level's ways
+    while it fetches or writes back, so one pass over the set finds both the line and,
+    should it miss, the victim (the smallest sd: the first invalid way, else the LRU or
+    FIFO one)."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t nways = L.ways
+    cdef uint64_t set = set_of(L, line)
+    cdef way_t *w = L.way + set * nways
+    cdef uint64_t i, best = 0, oldest = w[0].sd, sd
+    cdef int64_t found = -1
+    for i in range(nways):
+        sd = w[i].sd
+        if w[i].tag == line and sd != 0:
+            found = <int64_t> i
+            break
+        if sd < oldest:
+            oldest = sd
+            best = i
+    if found >= 0:
+        i = <uint64_t> found
+        if is_write:
+            L.c.writes += 1
+        else:
+            L.c.reads += 1
+        if L.policy == POLICY_LRU:
+            L.clock += 2
+            w[i].sd = L.clock | (sd & 1) | <uint64_t> is_write
+        elif is_write:
+            w[i].sd = sd | 1
+        if lv == 0:
+            L.mru_valid = 1
+            L.mru_line = line
+            L.mru_idx = set * nways + i
+        return
+    if is_write:
+        L.c.writes += 1
+        L.c.write_misses += 1
+    else:
+        L.c.reads += 1
+        L.c.read_misses += 1
+    if not (is_write and nbytes == L.line_bytes):
+        L.c.bytes_in += L.line_bytes
+        next_line_ref(e, lv, line, 0)
+    if oldest & 1:  # the victim is valid and dirty: write it back (after the fetch)
+        L.c.writebacks += 1
+        L.c.bytes_out += L.line_bytes
+        next_line_ref(e, lv, w[best].tag, 1)
+    w[best].tag = line
+    L.clock += 2
+    w[best].sd = L.clock | <uint64_t> is_write
+    if lv == 0:
+        L.mru_valid = 1
+        L.mru_line = line
+        L.mru_idx = set * nways + best
+
+
+cdef inline void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
+    """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
+    if e.levels[lv].fast:
+        line_ref_fast(e, lv, line, nbytes, is_write)
+    else:
+        line_ref_general(e, lv, line, lo, nbytes, is_write)
+
+
 @cython.cdivision(True)
 cdef inline void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
     """One demand access; re-touching the first level's most recent line is counted
@@ -493,7 +573,7 @@ cdef inline void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) 
         if L.mru_valid and line == L.mru_line and not (is_write and L.write_through):
             if is_write:
                 L.c.writes += 1
-                L.way[L.mru_idx].dirty = 1
+                L.way[L.mru_idx].sd |= 1
             else:
                 L.c.reads += 1
         else:
@@ -515,8 +595,8 @@ cdef void flush_all(engine_t *e) noexcept nogil:
     for lv in range(e.n):
         L = &e.levels[lv]
         for idx in range(L.sets * L.ways):  # set order, then way order
-            if L.way[idx].stamp != 0 and L.way[idx].dirty:
-                L.way[idx].dirty = 0
+            if L.way[idx].sd & 1:  # (only a valid way is dirty)
+                L.way[idx].sd &= ~1ULL
                 L.c.writebacks += 1
                 L.c.bytes_out += L.line_bytes
                 ref(e, lv + 1, L.way[idx].tag << L.line_shift, L.line_bytes, 1)
@@ -607,7 +687,7 @@ cdef class Engine:
     cdef object names              # list[str], one per level
 
     def __cinit__(self, list levels, bint classify=False):
-        cdef int i, n = len(levels)
+        cdef int i, j, n = len(levels)
         cdef level_t *L
         cdef uint64_t nways_total, nbits
         self.names = []
@@ -643,6 +723,17 @@ cdef class Engine:
             if classify:
                 if lineset_init(&L.seen) != 0 or fa_init(&L.shadow, <int64_t> nways_total) != 0:
                     raise MemoryError(f"cannot allocate the 3C shadows of level {name!r}")
+        for i in range(n):
+            L = &self.e.levels[i]
+            L.next_exclusive = i + 1 < n and self.e.levels[i + 1].inclusion == INCL_EXCLUSIVE
+            L.next_same_line = i + 1 < n and self.e.levels[i + 1].line_bytes == L.line_bytes
+            L.inclusive_below = 0
+            for j in range(i + 1, n):
+                if self.e.levels[j].inclusion == INCL_INCLUSIVE:
+                    L.inclusive_below = 1
+            L.fast = ((L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
+                      and not L.classify and L.inclusion != INCL_INCLUSIVE
+                      and not L.next_exclusive and not L.inclusive_below)
         self._clear(False)
 
     def __dealloc__(self):
@@ -783,7 +874,7 @@ cdef class Engine:
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w
-            out.append((L.way[idx].tag if L.way[idx].stamp != 0 else None, bool(L.way[idx].dirty)))
+            out.append((L.way[idx].tag if L.way[idx].sd != 0 else None, bool(L.way[idx].sd & 1)))
         return out
 
 

@@ -61,14 +61,15 @@ ctypedef struct fa_lru_t:
     int64_t head                   # MRU node
     int64_t tail                   # LRU node
 
-# One way of a set. Tag, stamp and dirty bit sit together so that a lookup, a victim
-# choice and an install touch the same host cache lines (a 32 MiB simulated level's
-# ways do not fit in the host's caches; three separate arrays cost three misses).
+# One way of a set, 16 bytes: tag and stamp-with-dirty-bit together, so that a lookup, a
+# victim choice and an install touch the same host cache line (a 32 MiB simulated level's
+# ways do not fit in the host's caches; separate arrays cost separate misses).
 ctypedef struct way_t:
-    uint64_t tag                   # line number; 0 where invalid (itself a legal line: see stamp)
-    uint64_t stamp                 # LRU: last touch; FIFO: install time (per-level clock,
-                                   #   from 1); 0 <=> the way is invalid, for every policy
-    uint8_t dirty                  # 0 where invalid
+    uint64_t tag                   # line number; 0 where invalid (itself a legal line: see sd)
+    uint64_t sd                    # (stamp << 1) | dirty. stamp: LRU last touch, FIFO install
+                                   #   time (per-level clock, from 1); sd == 0 <=> the way is
+                                   #   invalid, for every policy. Stamps are distinct within a
+                                   #   level, so comparing sd orders ways by stamp alone.
 
 ctypedef struct level_t:
     uint64_t sets                  # sets
@@ -80,9 +81,16 @@ ctypedef struct level_t:
     int policy                     # Policy
     bint write_through             # write-through + no-write-allocate, else write-back + allocate
     int inclusion                  # Inclusion, relative to the level(s) above
+    bint next_exclusive            # derived: the level below is an exclusive (victim) level
+    bint inclusive_below           # derived: some level below is inclusive, so a fetch or a
+                                   #   write-back from here may back-invalidate ways here
+    bint next_same_line            # derived: the level below has this level's line size
+                                   #   (or is main memory), so a whole line is one reference
+    bint fast                      # derived: LRU/FIFO, write-back, no 3C, not inclusive and
+                                   #   neither of the two above: line_ref_fast applies
     way_t *way                     # sets*ways, set by set
     uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
-    uint64_t clock                 # ticks once per touch or install
+    uint64_t clock                 # ticks once per touch or install; holds stamp << 1
     uint64_t rng                   # splitmix64 state of the random policy
     uint64_t seed                  # the level's seed, for reset
     bint mru_valid                 # fast path: mru_line is resident at mru_idx and is the
