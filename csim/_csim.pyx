@@ -555,13 +555,19 @@ cdef inline void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t 
         line_ref_general(e, lv, line, lo, nbytes, is_write)
 
 
-@cython.cdivision(True)
 cdef inline void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
-    """One demand access; re-touching the first level's most recent line is counted
-    without a lookup (it changes no replacement, shadow or dirty-bit outcome)."""
+    """One demand access."""
+    e.accesses += 1
+    access_lines(e, addr, size, is_write)
+
+
+@cython.cdivision(True)
+cdef inline void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
+    """One demand access, not counted in e.accesses; re-touching the first level's most
+    recent line is counted without a lookup (it changes no replacement, shadow or
+    dirty-bit outcome)."""
     cdef level_t *L
     cdef uint64_t line, last, end, lo, hi, line_lo
-    e.accesses += 1
     if e.n == 0:
         ref(e, 0, addr, size, is_write)
         return
@@ -636,6 +642,33 @@ cdef inline void issue_range(engine_t *e, nest_t *ns, int64_t a, int64_t b) noex
         issue_one(e, ns, ns.issue[j])
 
 
+cdef uint64_t stream(engine_t *e, uint64_t addr, uint64_t stride, int64_t count, uint64_t size,
+                     bint is_write) noexcept nogil:
+    """``count`` demand accesses of ``size`` bytes, ``stride`` apart from ``addr`` (e.n > 0);
+    returns the address after the last. Re-touches of the first level's most recent line
+    are counted here in a register (as access_lines counts them)."""
+    cdef level_t *L = &e.levels[0]
+    cdef int shift = L.line_shift
+    cdef bint mru_ok = not (is_write and L.write_through)
+    cdef uint64_t line, nmru = 0
+    cdef int64_t it
+    e.accesses += <uint64_t> count
+    for it in range(count):
+        line = addr >> shift
+        if mru_ok and L.mru_valid and line == L.mru_line and ((addr + (size - 1)) >> shift) == line:
+            nmru += 1
+            if is_write:
+                L.way[L.mru_idx].sd |= 1
+        else:
+            access_lines(e, addr, size, is_write)
+        addr += stride
+    if is_write:
+        L.c.writes += nmru
+    else:
+        L.c.reads += nmru
+    return addr
+
+
 cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
     """Issue depth-d 'before' accesses, the iterations of loop d, then depth-d 'after'."""
     cdef int64_t it, j, k, c
@@ -649,12 +682,19 @@ cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
             # Innermost loop: its body holds no loop, so issue it flat.
             b0 = ns.issue_start[2 * d + 2]
             b1 = ns.issue_start[2 * d + 4]
-            for it in range(c):
-                for j in range(b0, b1):
-                    issue_one(e, ns, ns.issue[j])
-                for j in range(i0, i1):
-                    k = ns.inner[j]
-                    ns.cur[k] += <uint64_t> ns.strides[k * ns.stride_cols + d]
+            k = ns.issue[b0] if b1 - b0 == 1 else -1
+            if k >= 0 and i1 - i0 == 1 and ns.inner[i0] == k and ns.rows[k] == 1 and e.n > 0:
+                # The body is one access of one row: a stream, its state in registers.
+                # (It leaves cur[k] c strides on, as the loop below does.)
+                ns.cur[k] = stream(e, ns.cur[k], <uint64_t> ns.strides[k * ns.stride_cols + d],
+                                   c, ns.size[k], ns.is_write[k] != 0)
+            else:
+                for it in range(c):
+                    for j in range(b0, b1):
+                        issue_one(e, ns, ns.issue[j])
+                    for j in range(i0, i1):
+                        k = ns.inner[j]
+                        ns.cur[k] += <uint64_t> ns.strides[k * ns.stride_cols + d]
         else:
             for it in range(c):
                 nest_body(e, ns, d + 1)
