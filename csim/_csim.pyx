@@ -23,6 +23,17 @@ import numpy as np
 
 ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 
+cdef extern from "xmmintrin.h":
+    void _mm_prefetch(const char *p, int hint) nogil
+    int _MM_HINT_T0
+
+cdef enum:
+    PREFETCH_AHEAD = 16                                 # accesses
+    PREFETCH_MIN_BYTES = 256 * 1024                     # of a level's ways
+    PREFETCH_CHUNK = 4096                               # accesses
+    PREFETCH_MISS_RATIO = 16                            # prefetch after a chunk whose first-
+                                                        #   level misses reached 1/16 of it
+
 cdef uint64_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFULL    # free slot of a lineset_t
 
 
@@ -771,6 +782,7 @@ cdef class Engine:
             for j in range(i + 1, n):
                 if self.e.levels[j].inclusion == INCL_INCLUSIVE:
                     L.inclusive_below = 1
+            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES
             L.fast = ((L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
@@ -847,9 +859,50 @@ cdef class Engine:
         cdef Py_ssize_t i, n = addr.shape[0]
         if size.shape[0] != n or is_write.shape[0] != n:
             raise ValueError("addr, size and is_write must have the same length")
+        cdef bint pf = 0
+        cdef int lv, shift0
+        cdef uint64_t line, last_pf = 0, off, misses0, misses_prev = PREFETCH_CHUNK
+        cdef Py_ssize_t i_end
+        cdef level_t *L
+        cdef level_t *B
+        cdef const char *p
+        for lv in range(self.e.n):
+            pf |= self.e.levels[lv].prefetch
         with nogil:
-            for i in range(n):
-                access(&self.e, addr[i], size[i], is_write[i] != 0)
+            if pf:
+                # Prefetch the deep levels' sets PREFETCH_AHEAD accesses ahead, once per
+                # change of first-level line, in the chunks of PREFETCH_CHUNK accesses that
+                # follow a chunk where the first level missed often (elsewhere the hints
+                # cost more than they save).
+                shift0 = self.e.levels[0].line_shift
+                L = &self.e.levels[0]
+                i = 0
+                while i < n:
+                    i_end = i + PREFETCH_CHUNK if n - i > PREFETCH_CHUNK else n
+                    misses0 = L.c.read_misses + L.c.write_misses
+                    if misses_prev * PREFETCH_MISS_RATIO >= PREFETCH_CHUNK:
+                        for i in range(i, i_end):
+                            if i + PREFETCH_AHEAD < n:
+                                line = addr[i + PREFETCH_AHEAD] >> shift0
+                                if line != last_pf:
+                                    # (written out here: a helper made of prefetches alone
+                                    # looks side-effect free to gcc, which drops its calls)
+                                    last_pf = line
+                                    for lv in range(1, self.e.n):
+                                        B = &self.e.levels[lv]
+                                        if B.prefetch:
+                                            p = <const char *> (B.way + set_of(B, addr[i + PREFETCH_AHEAD] >> B.line_shift) * B.ways)
+                                            for off in range(0, B.ways * sizeof(way_t), 64):
+                                                _mm_prefetch(p + off, _MM_HINT_T0)
+                            access(&self.e, addr[i], size[i], is_write[i] != 0)
+                    else:
+                        for i in range(i, i_end):
+                            access(&self.e, addr[i], size[i], is_write[i] != 0)
+                    misses_prev = L.c.read_misses + L.c.write_misses - misses0
+                    i = i_end
+            else:
+                for i in range(n):
+                    access(&self.e, addr[i], size[i], is_write[i] != 0)
         self._check()
 
     def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,

@@ -86,6 +86,8 @@ ctypedef struct level_t:
                                    #   write-back from here may back-invalidate ways here
     bint next_same_line            # derived: the level below has this level's line size
                                    #   (or is main memory), so a whole line is one reference
+    bint prefetch                  # derived: below the first level, and its ways are too many
+                                   #   for the host's caches: replay prefetches their sets ahead
     bint fast                      # derived: LRU/FIFO, write-back, no 3C, not inclusive and
                                    #   neither of the two above: line_ref_fast applies
     way_t *way                     # sets*ways, set by set
