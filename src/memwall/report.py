@@ -28,7 +28,9 @@ CAPTIONS = {
     "3.0× and 1.6×. Higher balance means more arithmetic per byte is needed to keep the machine busy.",
     "regime_flip": "Per-example training (batch 1): each point is one machine. Stall fraction near 0 "
     "means arithmetic-bound, near 1 means waiting on memory. Dotted lines mark each network's "
-    "arithmetic intensity with no cache reuse; the flip is expected where the balance passes it.",
+    "arithmetic intensity with no cache reuse; the flip is expected where the balance passes it. "
+    "Launch overhead is neither arithmetic nor stall: small networks on accelerators are overhead-bound "
+    "(figure 3) and stay low here.",
     "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
     "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
     "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
