@@ -1,3 +1,5 @@
+"""`python -m memwall`: the same command line as `memwall`."""
+
 import sys
 
 from .cli import main
