@@ -58,8 +58,25 @@ def _scale(a: Any, factor: float) -> dict[str, Any]:
     }
 
 
+class _Counts:
+    """Field-wise arithmetic shared by the counter dataclasses: ``a - b`` attributes counts
+    to what ran between two snapshots, ``a + b`` sums them, ``scaled`` stands a sample for
+    a longer replay."""
+
+    def __sub__(self, other: Any) -> Any:
+        out = _subtract(self, other)
+        return out if out is NotImplemented else type(self)(**out)
+
+    def __add__(self, other: Any) -> Any:
+        out = _combine(self, other, lambda x, y: x + y)
+        return out if out is NotImplemented else type(self)(**out)
+
+    def scaled(self, factor: float) -> Any:
+        return type(self)(**_scale(self, factor))
+
+
 @dataclass(frozen=True)
-class LevelCounters:
+class LevelCounters(_Counts):
     """One level's counts; a read or a write is one line lookup."""
 
     name: str
@@ -83,37 +100,15 @@ class LevelCounters:
     def lookups(self) -> int:
         return self.reads + self.writes
 
-    def __sub__(self, other: LevelCounters) -> LevelCounters:
-        out = _subtract(self, other)
-        return out if out is NotImplemented else LevelCounters(**out)
-
-    def __add__(self, other: LevelCounters) -> LevelCounters:
-        out = _combine(self, other, lambda x, y: x + y)
-        return out if out is NotImplemented else LevelCounters(**out)
-
-    def scaled(self, factor: float) -> LevelCounters:
-        return LevelCounters(**_scale(self, factor))
-
 
 @dataclass(frozen=True)
-class MemoryCounters:
+class MemoryCounters(_Counts):
     """References reaching main memory, and their bytes."""
 
     reads: int = 0
     writes: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
-
-    def __sub__(self, other: MemoryCounters) -> MemoryCounters:
-        out = _subtract(self, other)
-        return out if out is NotImplemented else MemoryCounters(**out)
-
-    def __add__(self, other: MemoryCounters) -> MemoryCounters:
-        out = _combine(self, other, lambda x, y: x + y)
-        return out if out is NotImplemented else MemoryCounters(**out)
-
-    def scaled(self, factor: float) -> MemoryCounters:
-        return MemoryCounters(**_scale(self, factor))
 
 
 @dataclass(frozen=True)
