@@ -252,10 +252,8 @@ FAST_NETWORKS = {"nettalk", "family-trees", "encoder-8-3-8", "sonar", "alvinn", 
 
 
 def test_real_simulator_on_fast_shipped_cases() -> None:
-    try:
-        from memwall.simulate import run_case
-    except ImportError as err:
-        pytest.skip(f"simulator not importable yet: {err}")
+    from memwall.simulate import run_case
+
     ms = [m for m in load_measurements() if m.gemm is not None or m.network in FAST_NETWORKS]
     results = validate(ms, run_case)
     assert len(results) == len(ms)

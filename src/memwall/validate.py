@@ -29,15 +29,13 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import InputError
 from .measurements import Measurement
+from .simulate import Case
 
-if TYPE_CHECKING:
-    from .simulate import Case
-
-Predictor = Callable[["Case"], Mapping[str, Any]]
+Predictor = Callable[[Case], Mapping[str, Any]]
 
 BAND = 2.0  # a prediction within a factor of BAND of the measurement counts as "within 2x"
 
@@ -85,37 +83,8 @@ class CaseResult:
         return d
 
 
-@dataclass(frozen=True)
-class _CaseFields:
-    """The fields of :class:`memwall.simulate.Case`, for an injected predictor while the
-    simulator's modules cannot be imported (they import the compiled engine and the
-    workloads). The real predictor always gets the real Case: :func:`default_predictor`
-    refuses to run without the simulator."""
-
-    machine: str
-    network: str | None = None
-    batch: int = 1
-    checkpoint: str = "none"
-    updates: str = "minibatch"
-    phase: str = "train"
-    optimizer: str = "sgd"
-    dtype: str | None = None
-    seq_len: int | None = None
-    gemm: tuple[int, int, int] | None = None
-
-
-def _case_type() -> type:
-    """:class:`memwall.simulate.Case`, imported only when a case is built."""
-    try:
-        from .simulate import Case
-    except ImportError:
-        return _CaseFields
-    return Case
-
-
 def case_for(m: Measurement) -> Case:
     """The simulation that reproduces a measurement's workload."""
-    Case = _case_type()
     if m.gemm is not None:
         return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward")
     return Case(
@@ -133,27 +102,14 @@ def case_for(m: Measurement) -> Case:
 
 def _connections(prediction: Mapping[str, Any], network: str | None) -> float | None:
     """The network's connections (weights), from the prediction or from the preset."""
-    for key in ("connections", "weights", "parameters"):
-        if isinstance(prediction.get(key), int | float):
-            return float(prediction[key])
-    net = prediction.get("network")
-    if isinstance(net, Mapping):
-        for key in ("connections", "weights", "parameters"):
-            if isinstance(net.get(key), int | float):
-                return float(net[key])
+    for source in (prediction, prediction.get("network")):
+        if isinstance(source, Mapping) and isinstance(source.get("connections"), int | float):
+            return float(source["connections"])
     if network is None:
         return None
-    try:
-        from .networks import load_network  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    preset = load_network(network)
-    for attr in ("connections", "weights", "parameters"):
-        value = getattr(preset, attr, None)
-        value = value() if callable(value) else value
-        if isinstance(value, int | float):
-            return float(value)
-    return None
+    from .networks import load_network
+
+    return float(load_network(network).connections)
 
 
 def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
@@ -197,28 +153,20 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
 
 
 def _known(kind: str) -> set[str] | None:
-    """Ids of shipped machines or networks, or None where that catalogue does not exist yet."""
-    try:
-        if kind == "machine":
-            from .profiles import machine_ids  # type: ignore[attr-defined]
+    """Ids of the shipped machines or networks (None: check nothing)."""
+    if kind == "machine":
+        from .profiles import machine_ids
 
-            return set(machine_ids())
-        from .networks import network_ids  # type: ignore[attr-defined]
+        return set(machine_ids())
+    from .networks import network_ids
 
-        return set(network_ids())
-    except ImportError:
-        return None
+    return set(network_ids())
 
 
 def default_predictor() -> Predictor:
-    """:func:`memwall.simulate.run_case`; an InputError if the simulator is not built yet."""
-    try:
-        from . import simulate
-    except ImportError as err:
-        raise InputError(f"the simulator cannot be imported: {err}") from None
-    run_case = getattr(simulate, "run_case", None)
-    if run_case is None:
-        raise InputError("memwall.simulate.run_case is not available: there is no simulator to validate yet")
+    """:func:`memwall.simulate.run_case`."""
+    from .simulate import run_case
+
     return run_case
 
 
