@@ -16,34 +16,21 @@ FAST_MEASUREMENTS = era_data_dir() / "measurements" / "deepbench_v100.toml"
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     """A small sweep with data for every simulated figure: per-example, batches, synthetic."""
-    cat = ts.CAT or sw.Catalogue()
-    if ts.REAL:
-        old, new, nets = "vax-11-780", "h100-sxm", ["nettalk", "encoder-8-3-8"]
-        window = sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
-    else:
-        old, new, nets = "vax-780", "h100", ["nettalk", "sonar"]
-        window = sw.product([new], ["gpt2-small"], [1, 4])
+    cat = ts.CAT
+    old, new, nets = "vax-11-780", "h100-sxm", ["nettalk", "encoder-8-3-8"]
+    window = sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
     cases = sw.product([old, "cray-1", new], nets, [1], updates="per-example") + window
     cases += sw.product(sw.synthetic_machines(cat, new, decades=4, per_decade=1), nets[:1], [1],
                         updates="per-example")
     out = tmp_path_factory.mktemp("sweep")
-    res = sw.run_sweep(cases, out, jobs=2, runner=ts.RUNNER, catalogue=ts.CAT, progress=False)
+    res = sw.run_sweep(cases, out, jobs=2, catalogue=ts.CAT, progress=False)
     assert not res.failed, res.failed
     return res.rows
 
 
-def fake_ledger():
-    out = []
-    for ck, scale in (("none", 1.0), ("sqrt", 0.15)):
-        for b in (1, 64, 1024, 4096):
-            out.append({"network": "affine-48x1024", "batch": b, "checkpoint": ck, "weights": 2.0e8,
-                        "activations": scale * 2.0e8 * b / 1024, "peak": 4e8 + 2e5 * b})
-    return out
-
-
 def test_every_figure_is_written_and_not_empty(tmp_path, pyplot, rows):
-    machines = fg.machine_table(None if ts.REAL else ts.MACHINES.values())
-    ledger = fg.ledger_table(batches=(1, 64, 1024, 4096)) if ts.REAL else fake_ledger()
+    machines = fg.machine_table()
+    ledger = fg.ledger_table(batches=(1, 64, 1024, 4096))
     written = fg.write_figures(tmp_path, rows, machines=machines, ledger=ledger, measurements=FAST_MEASUREMENTS)
     assert sorted(written) == sorted(fg.NAMES)
     for name, paths in written.items():

@@ -19,9 +19,9 @@ from memwall.report import build_report
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    res = sw.run_sweep(ts.CASES, out, jobs=2, runner=ts.RUNNER, catalogue=ts.CAT, progress=False)
-    machines = fg.machine_table(None if ts.REAL else ts.MACHINES.values())
-    ledger = fg.ledger_table(batches=(1, 1024, 4096)) if ts.REAL else tf.fake_ledger()
+    res = sw.run_sweep(ts.CASES, out, jobs=2, catalogue=ts.CAT, progress=False)
+    machines = fg.machine_table()
+    ledger = fg.ledger_table(batches=(1, 1024, 4096))
     fg.write_figures(out, res.rows, machines=machines, ledger=ledger, measurements=tf.FAST_MEASUREMENTS)
     return out
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,119 +18,13 @@ from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store, read_rows
 from memwall.simulate import Case
 
-# --------------------------------------------------------------------------------------
-# Until the profile, network and simulation stages land, a small fake catalogue and runner
-# stand in for them (REAL is switched on when memwall.simulate.run_case exists).
-
-
-def _have_real() -> bool:
-    import importlib
-
-    try:
-        names = ("networks", "profiles", "engine", "workloads.step", "workloads.lowering", "simulate")
-        modules = [importlib.import_module(f"memwall.{m}") for m in names]
-    except ImportError:
-        return False
-    return all(getattr(m, "__file__", None) for m in modules) and hasattr(modules[-1], "run_case")
-
-
-REAL = _have_real()
-
-
-@dataclass(frozen=True)
-class FakeMemory:
-    bandwidth: float
-
-
-@dataclass(frozen=True)
-class FakeMachine:
-    id: str
-    name: str
-    year: int
-    kind: str
-    peak_flops: dict = field(default_factory=dict)
-    memory: FakeMemory = FakeMemory(1.0)
-    primary_dtype: str = "fp32"
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "year": self.year, "peak": self.peak_flops, "bw": self.memory.bandwidth}
-
-
-@dataclass(frozen=True)
-class FakeNetwork:
-    id: str
-    seq_len: int | None = None
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "seq_len": self.seq_len}
-
-
-MACHINES = {
-    m.id: m
-    for m in (
-        FakeMachine("vax-780", "VAX-11/780", 1978, "scalar", {"fp32": 2e5}, FakeMemory(1.3e7)),
-        FakeMachine("cray-1", "Cray-1", 1976, "vector", {"fp64": 1.6e8}, FakeMemory(6.4e8), "fp64"),
-        FakeMachine("h100", "H100", 2022, "gpu", {"bf16": 9.9e14, "fp32": 6.7e13}, FakeMemory(3.35e12), "bf16"),
-    )
-}
-NETWORKS = {n.id: n for n in (FakeNetwork("nettalk"), FakeNetwork("sonar"), FakeNetwork("gpt2-small", 1024))}
-
-
-class FakeCatalogue(sw.Catalogue):
-    def machine_ids(self):
-        return list(MACHINES)
-
-    def network_ids(self):
-        return list(NETWORKS)
-
-    def load_machine(self, spec):
-        base, bw = sw.parse_machine_spec(spec)
-        m = MACHINES[base]
-        return m if bw is None else FakeMachine(m.id, m.name, m.year, m.kind, m.peak_flops, FakeMemory(bw),
-                                                m.primary_dtype)
-
-    def load_network(self, net_id):
-        return NETWORKS[net_id]
-
-
-def fake_runner(case: Case, machine=None):
-    """A roofline with an intensity of 0.4 FLOP/B per example, like the real result's shape."""
-    m = machine or FakeCatalogue().load_machine(case.machine)
-    peak = m.peak_flops[m.primary_dtype]
-    flops = 1e6 * case.batch
-    compute = flops / peak
-    memory = flops / (0.4 * case.batch) / m.memory.bandwidth
-    total = max(compute, memory)
-    return {
-        "machine": m.id, "network": case.network, "batch": case.batch, "flops": flops, "seconds": total,
-        "stall_fraction": 1 - compute / total, "fraction_of_peak": compute / total,
-        "achieved_flops": flops / total, "cups": flops / 6 / total,
-        "cycles": {"total": total * 1e9, "compute": compute * 1e9, "overhead": 0.0,
-                   "stall": {"L1": 0.0, "memory": (total - compute) * 1e9}},
-        "bytes": {"L1": flops, "memory": flops / (0.4 * case.batch)},
-        "bound": "memory" if memory > compute else "compute", "kernels": [],
-    }
-
-
-def slow_runner(case: Case, machine=None):
-    time.sleep(0.3)
-    return fake_runner(case, machine)
-
-
-if REAL:
-    CAT = None
-    RUNNER = None
-    OLD = "vax-11-780"
-    CASES = sw.product([OLD, "cray-1"], ["nettalk", "encoder-8-3-8"], [1, 2], updates="per-example")
-else:
-    CAT = FakeCatalogue()
-    RUNNER = fake_runner
-    OLD = "vax-780"
-    CASES = sw.product([OLD, "cray-1", "h100"], ["nettalk", "sonar"], [1, 2])
+# A few cheap real cases: 1980s machines, classic networks, per-example updates.
+OLD = "vax-11-780"
+CASES = sw.product([OLD, "cray-1"], ["nettalk", "encoder-8-3-8"], [1, 2], updates="per-example")
+CAT = sw.Catalogue()
 
 
 def run(out, cases=CASES, **kw):
-    kw.setdefault("runner", RUNNER)
     kw.setdefault("catalogue", CAT)
     kw.setdefault("progress", False)
     return sw.run_sweep(cases, out, **kw)
@@ -175,7 +68,7 @@ def test_killed_halfway_resumes_with_every_case_once(tmp_path):
         def slow(case, machine=None):
             import time
             time.sleep(0.4)
-            return (t.RUNNER or sw._default_runner)(case, machine) if machine else (t.RUNNER or sw._default_runner)(case)
+            return sw._default_runner(case, machine)
         sw.run_sweep(cases, {str(out)!r}, jobs=1, runner=slow, catalogue=t.CAT, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
@@ -217,11 +110,10 @@ def test_dask_gives_the_same_rows_as_local(tmp_path):
 
 
 def failing_runner(case: Case, machine=None):
-    """The real (or stand-in) runner, except that batch 3 fails, as a broken case would."""
+    """The real runner, except that batch 3 fails, as a broken case would."""
     if case.batch == 3:
         raise ValueError("batch 3 is the designated failure")
-    run = RUNNER or sw._default_runner
-    return run(case, machine=machine) if machine is not None else run(case)
+    return sw._default_runner(case, machine)
 
 
 def test_a_failing_case_is_recorded_and_the_rest_finish(tmp_path):
@@ -252,7 +144,7 @@ def test_bad_arguments_fail_before_any_work(tmp_path, case, message):
 
     def spy(c, machine=None):
         calls.append(c)
-        return fake_runner(c, machine)
+        return sw._default_runner(c, machine)
 
     with pytest.raises(InputError, match=message):
         run(tmp_path, CASES[:1] + [case], runner=spy, jobs=1)
@@ -267,7 +159,7 @@ def test_bad_executor_arguments(tmp_path):
 
 
 def test_keys_follow_the_profile_and_the_configuration():
-    cat = CAT or sw.Catalogue()
+    cat = CAT
     a = Case(machine=OLD, network="nettalk", batch=1)
     assert sw.case_key(a, cat) == sw.case_key(Case(machine=OLD, network="nettalk", batch=1), cat)
     assert sw.case_key(a, cat) != sw.case_key(Case(machine=OLD, network="nettalk", batch=2), cat)
@@ -275,8 +167,8 @@ def test_keys_follow_the_profile_and_the_configuration():
 
 
 def test_synthetic_machines_span_four_decades_of_balance():
-    cat = CAT or sw.Catalogue()
-    base = "h100" if CAT else sw._synthetic_base(cat, sw._modern(cat, cat.machine_ids()))
+    cat = CAT
+    base = sw._synthetic_base(cat, sw._modern(cat, cat.machine_ids()))
     specs = sw.synthetic_machines(cat, base, decades=4, per_decade=1)
     balances = [cat.machine(s).balance() for s in specs]
     assert len(specs) == 5

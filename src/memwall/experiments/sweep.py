@@ -15,7 +15,6 @@ different balance. The synthetic balance sweep (figure 6) is made of these.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import os
 import re
@@ -422,11 +421,6 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 def _default_runner(case: Case, machine: Any = None) -> Mapping[str, Any]:
     from ..simulate import run_case
 
-    if machine is None:
-        return run_case(case)
-    if "machine" not in inspect.signature(run_case).parameters:
-        raise RuntimeError("synthetic machines need run_case(case, machine=Machine), "
-                           "which this memwall's simulate module does not offer yet")
     return run_case(case, machine=machine)
 
 
@@ -437,13 +431,12 @@ def execute(case: Case, runner: Runner | None = None, cat: Catalogue | None = No
     """
     runner = runner or _default_runner
     try:
-        _, bw = parse_machine_spec(case.machine)
+        base, bw = parse_machine_spec(case.machine)
         if bw is None:
             result = runner(case)
         else:
             machine = (cat or Catalogue()).load_machine(case.machine)
-            base_case = replace(case, machine=parse_machine_spec(case.machine)[0])
-            result = runner(base_case, machine=machine)
+            result = runner(replace(case, machine=base), machine=machine)
         return {"case": case.as_dict(), "result": dict(result)}
     except Exception as err:  # a case's failure is data, not a crash
         return {"case": case.as_dict(), "error": f"{type(err).__name__}: {err}"}
@@ -512,8 +505,10 @@ def run_sweep(
     reused = len(cases) - len(todo)
 
     bar = _progress(len(cases), reused, progress)
+    failures = 0
     try:
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
+            nonlocal failures
             err = outcome.get("error")
             row = make_row(case, outcome.get("result"), err, cat)
             store.put({"key": keys[case], "status": row["status"], "error": err,
@@ -522,7 +517,8 @@ def run_sweep(
             if bar is not None:
                 bar.update(1)
                 if err:
-                    bar.set_postfix_str(f"failed {_failures(store, keys, cases)}")
+                    failures += 1
+                    bar.set_postfix_str(f"failed {failures}")
 
         if todo:
             if executor == "dask":
@@ -541,14 +537,6 @@ def run_sweep(
     write_tables(out, rows, COLUMNS)
     failed = [r for r in rows if r["status"] != "ok"]
     return SweepResult(out=Path(out), rows=rows, computed=len(todo), reused=reused, failed=failed)
-
-
-def _failures(store: Store, keys: Mapping[Case, str], cases: Sequence[Case]) -> int:
-    n = 0
-    for c in cases:
-        rec = store.get(keys[c])
-        n += rec is not None and rec.get("status") == "error"
-    return n
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:
