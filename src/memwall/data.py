@@ -15,10 +15,14 @@ def era_data_dir() -> Path:
     return Path(str(resources.files("memwall.era_data")))
 
 
+def toml_files(folder: Path) -> list[Path]:
+    """The data files of a folder, in name order: its ``*.toml`` but the templates."""
+    return sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+
+
 def data_files(kind: str) -> list[Path]:
     """The shipped ``*.toml`` files of one kind: 'machines', 'networks' or 'measurements'."""
-    folder = era_data_dir() / kind
-    return sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+    return toml_files(era_data_dir() / kind)
 
 
 def data_version() -> str:

@@ -346,16 +346,16 @@ def _placed(m: Measurement, file: str, line: int | None) -> Measurement:
 
 def measurement_files(folder: str | Path | None = None) -> list[Path]:
     """The ``*.toml`` files of a folder (the shipped set when None), in name order."""
-    if folder is None:
-        from .data import data_files
+    from .data import data_files, toml_files
 
+    if folder is None:
         return data_files("measurements")
     folder = Path(folder)
     if folder.is_file():
         return [folder]
     if not folder.is_dir():
         raise InputError("no such folder", file=str(folder))
-    return sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+    return toml_files(folder)
 
 
 def load_measurements(source: str | Path | Iterable[str | Path] | None = None) -> list[Measurement]:
