@@ -29,6 +29,14 @@ def _version_text() -> str:
     return f"memwall {__version__}; {engine}; era_data {data_version()}"
 
 
+class _VersionAction(argparse.Action):
+    """--version, with the data hash computed only when asked for (not on every start)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        print(_version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memwall",
@@ -37,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
             "and count the cycles stalled on memory."
         ),
     )
-    parser.add_argument("--version", action="version", version=_version_text())
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the memwall, engine and era_data versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
