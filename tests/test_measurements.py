@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memwall.errors import InputError
-from memwall.measurements import (
+from memwall.experiments.measurements import (
     CHECKS,
     METRICS,
     RELIABILITIES,

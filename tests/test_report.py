@@ -13,7 +13,7 @@ import test_sweep as ts
 from memwall.cli import main
 from memwall.experiments import figures as fg
 from memwall.experiments import sweep as sw
-from memwall.report import build_report
+from memwall.experiments.report import build_report
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from memwall.errors import InputError
-from memwall.measurements import Measurement, load_measurements
-from memwall.validate import (
+from memwall.experiments.measurements import Measurement, load_measurements
+from memwall.experiments.validate import (
     CaseResult,
     case_for,
     format_table,
@@ -154,7 +154,7 @@ def test_summary_median_worst_share_and_bounds_apart() -> None:
 
 
 def test_unknown_machine_and_network_are_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memwall.validate as v
+    import memwall.experiments.validate as v
 
     monkeypatch.setattr(v, "_known", lambda kind: {"mach"} if kind == "machine" else {"nettalk"})
     fake = FakePredictor()
@@ -208,7 +208,7 @@ def test_shipped_set_with_injected_predictor() -> None:
 # --- CLI and figure ----------------------------------------------------------------------------
 
 def test_cli_json_and_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    import memwall.validate as v
+    import memwall.experiments.validate as v
     from memwall.cli import main
 
     monkeypatch.setattr(v, "default_predictor", lambda: FakePredictor(seconds=1e-3))

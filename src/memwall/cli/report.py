@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import build_report
+    from ..experiments.report import build_report
 
     path = build_report(args.dir, args.output)
     print(path)

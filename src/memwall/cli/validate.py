@@ -3,7 +3,7 @@
 Reads the shipped measurement set (or the ``*.toml`` files of ``--measurements DIR``),
 predicts each with :func:`memwall.simulate.run_case`, and prints one row per case and the
 summary (or, with ``--json``, ``{"cases": [...], "summary": {...}}``). The comparison
-itself lives in :mod:`memwall.validate`.
+itself lives in :mod:`memwall.experiments.validate`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measurements import load_measurements
-    from ..validate import format_table, summarize, to_json, validate, validation_figure
+    from ..experiments.measurements import load_measurements
+    from ..experiments.validate import format_table, summarize, to_json, validate, validation_figure
 
     measurements = load_measurements(args.measurements)
     results = validate(measurements)

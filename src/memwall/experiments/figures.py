@@ -413,7 +413,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     written = {name: save(makers[name](), folder, name) for name in names if name in makers}
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
-        from ..validate import write_validation
+        from .validate import write_validation
 
         written["validation"] = write_validation(out, measurements)
     return written

@@ -10,13 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..vocabulary import DTYPE_BYTES, OPTIMIZERS, PHASES, UPDATES, check_word, parse_checkpoint
+from ..vocabulary import TRAINING_DTYPES as DTYPES
 
-UPDATES = ("per-example", "minibatch")
-OPTIMIZERS = ("sgd", "momentum", "adam")
-DTYPES = ("fp32", "bf16", "fp16")  # 16-bit types train with fp32 master weights
-PHASES = ("train", "forward")
-
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
@@ -45,12 +41,10 @@ class TrainingConfig:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch <= 0:
             raise InputError(f"batch must be a positive integer, got {self.batch!r}", field="batch")
         for name, allowed in (("updates", UPDATES), ("optimizer", OPTIMIZERS), ("dtype", DTYPES), ("phase", PHASES)):
-            value = getattr(self, name)
-            if value not in allowed:
-                raise InputError(f"must be one of {', '.join(allowed)}, got {value!r}", field=name)
+            check_word(getattr(self, name), allowed, name)
         if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0):
             raise InputError(f"must be a positive integer, got {self.seq_len!r}", field="seq_len")
-        self.checkpoint_segment(1)  # validates the spelling
+        parse_checkpoint(self.checkpoint)
 
     @property
     def elem_bytes(self) -> int:
@@ -62,23 +56,15 @@ class TrainingConfig:
 
     def checkpoint_segment(self, layers: int) -> int | None:
         """Layers per checkpointed segment for a net of ``layers`` layers; None without."""
-        c = self.checkpoint
-        if c in ("none", "selective"):
+        c = parse_checkpoint(self.checkpoint)
+        if c.mode in ("none", "selective"):
             return None
-        if c == "sqrt":
+        if c.mode == "sqrt":
             k = 1
             while k * k < layers:
                 k += 1
             return k
-        if c.startswith("every:"):
-            try:
-                k = int(c[6:])
-            except ValueError:
-                k = 0
-            if k <= 0:
-                raise InputError(f"every:K needs a positive integer K, got {c!r}", field="checkpoint")
-            return k
-        raise InputError(f"must be none, sqrt, every:K or selective, got {c!r}", field="checkpoint")
+        return c.every
 
     def as_dict(self) -> dict:
         return {

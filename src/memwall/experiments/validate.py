@@ -1,6 +1,6 @@
 """The judge: memwall's predictions against published measurements.
 
-Owns: turning a :class:`~memwall.measurements.Measurement` into the :class:`Case` that
+Owns: turning a :class:`~memwall.experiments.measurements.Measurement` into the :class:`Case` that
 reproduces it (:func:`case_for`), converting a prediction (the ``memwall inspect`` dict)
 into the measurement's metric (:func:`predicted_metric`), the per-case comparison
 (:func:`validate`, one :class:`CaseResult` each), the summary (:func:`summarize`), the
@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
+from ..simulate import Case
 from .measurements import Measurement
-from .simulate import Case
 
 Predictor = Callable[[Case], Mapping[str, Any]]
 
@@ -107,7 +107,7 @@ def _connections(prediction: Mapping[str, Any], network: str | None) -> float | 
             return float(source["connections"])
     if network is None:
         return None
-    from .networks import load_network
+    from ..networks import load_network
 
     return float(load_network(network).connections)
 
@@ -155,17 +155,17 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
 def _known(kind: str) -> set[str] | None:
     """Ids of the shipped machines or networks (None: check nothing)."""
     if kind == "machine":
-        from .profiles import machine_ids
+        from ..profiles import machine_ids
 
         return set(machine_ids())
-    from .networks import network_ids
+    from ..networks import network_ids
 
     return set(network_ids())
 
 
 def default_predictor() -> Predictor:
     """:func:`memwall.simulate.run_case`."""
-    from .simulate import run_case
+    from ..simulate import run_case
 
     return run_case
 
@@ -220,7 +220,7 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
 
 def _machine_year(machine: str) -> int | None:
     try:
-        from .profiles import load_machine  # type: ignore[attr-defined]
+        from ..profiles import load_machine  # type: ignore[attr-defined]
 
         return int(load_machine(machine).year)
     except Exception:  # noqa: BLE001 - the year only colours the figure; a missing profile is reported elsewhere

@@ -12,7 +12,7 @@ twice (in one file or across files) is refused. The format is documented in
 ``era_data/measurements/README.md``.
 
 This module knows nothing of the simulator: turning a measurement into a :class:`Case`
-and comparing the prediction with it is :mod:`memwall.validate`'s job.
+and comparing the prediction with it is :mod:`memwall.experiments.validate`'s job.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .levels import load_toml
+from ..errors import InputError
+from ..levels import load_toml
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -346,7 +346,7 @@ def _placed(m: Measurement, file: str, line: int | None) -> Measurement:
 
 def measurement_files(folder: str | Path | None = None) -> list[Path]:
     """The ``*.toml`` files of a folder (the shipped set when None), in name order."""
-    from .data import data_files, toml_files
+    from ..data import data_files, toml_files
 
     if folder is None:
         return data_files("measurements")

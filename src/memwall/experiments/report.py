@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import MODEL_VERSION
-from .errors import InputError
-from .experiments import figures as fg
-from .experiments.store import RESULTS_JSON, read_rows
+from .. import MODEL_VERSION
+from ..errors import InputError
+from . import figures as fg
+from .store import RESULTS_JSON, read_rows
 
 CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
@@ -127,7 +127,7 @@ def _figure_data(folder: Path, name: str) -> str:
 def _provenance(machine_id: str) -> tuple[dict[str, Any] | None, str | None]:
     base = machine_id.split("@")[0]
     try:
-        from .profiles import load_machine
+        from ..profiles import load_machine
 
         return load_machine(base).as_dict(), None
     except Exception as err:  # the report still shows the results without the profile
@@ -156,7 +156,7 @@ def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
     real = [r for r in rows if not r.get("synthetic")]
     machines = list(dict.fromkeys(r["machine"] for r in real))
     try:
-        from .data import data_version
+        from ..data import data_version
 
         data = data_version()
     except Exception:  # the report is still useful without the hash

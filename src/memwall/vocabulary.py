@@ -1,0 +1,58 @@
+"""The words memwall's files, configurations, sweeps and command line share.
+
+Owns: the allowed values of the case options (phases, update modes, optimizers, training
+dtypes, activation checkpointing and its syntax), so a loader, the configuration, the
+sweep and the CLI all accept exactly the same spellings and say the same thing about a
+wrong one. Nothing here knows what a word does; the stage that uses it does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InputError
+
+PHASES: tuple[str, ...] = ("train", "forward")
+UPDATES: tuple[str, ...] = ("per-example", "minibatch")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
+# Dtypes a network trains in; 16-bit types train with fp32 master weights.
+TRAINING_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+# Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers
+# a segment), selective (recompute the attention core only; Korthikanti et al. 2022).
+CHECKPOINT_WORDS: tuple[str, ...] = ("none", "sqrt", "selective")
+CHECKPOINT_SYNTAX = "none | sqrt | every:K | selective"
+_EVERY = re.compile(r"every:([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """A parsed checkpointing option: ``mode`` is none, sqrt, every or selective."""
+
+    mode: str
+    every: int = 0  # layers per segment for mode 'every'
+
+    @property
+    def text(self) -> str:
+        return f"every:{self.every}" if self.mode == "every" else self.mode
+
+
+def parse_checkpoint(text: object, field: str = "checkpoint") -> Checkpointing:
+    """``"every:4"`` -> Checkpointing("every", 4); anything else not in the syntax is refused."""
+    if isinstance(text, str):
+        if text in CHECKPOINT_WORDS:
+            return Checkpointing(text)
+        m = _EVERY.fullmatch(text)
+        if m:
+            return Checkpointing("every", int(m.group(1)))
+    raise InputError(f"unknown checkpointing {text!r}; use {CHECKPOINT_SYNTAX} (K a positive integer)",
+                     field=field)
+
+
+def check_word(value: object, allowed: tuple[str, ...], field: str) -> str:
+    """``value`` if it is one of ``allowed``; else an InputError naming the field and the choices."""
+    if isinstance(value, str) and value in allowed:
+        return value
+    raise InputError(f"must be one of {', '.join(allowed)}, got {value!r}", field=field)
