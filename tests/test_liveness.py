@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
+from memwall.networks import load_network
+from memwall.workloads.config import TrainingConfig
 from memwall.workloads.graph import PARAMETER_CLASSES, Graph
 from memwall.workloads.liveness import classes, derive
+from memwall.workloads.step import build_step, declare
+
+CASES = [("lecun-1989", TrainingConfig(batch=3)), ("nettalk", TrainingConfig(batch=2, optimizer="adam")),
+         ("resnet-50", TrainingConfig(batch=1)), ("lecun-1989", TrainingConfig(batch=2, checkpoint="every:2")),
+         ("alvinn", TrainingConfig(batch=2, checkpoint="sqrt"))]
 
 
 def _uses(g: Graph) -> dict[str, list[int]]:
@@ -59,6 +68,22 @@ def test_toy_lifetimes_and_addresses():
     assert [k.as_dict() for k in a] == [k.as_dict() for k in b]
 
 
+@pytest.mark.parametrize(("nid", "cfg"), CASES, ids=[c[0] for c in CASES])
+def test_each_tensor_lives_from_its_first_use_to_its_last(nid, cfg):
+    _check_lifetimes(declare(load_network(nid), cfg))
+
+
+@pytest.mark.parametrize(("nid", "cfg"), CASES, ids=[c[0] for c in CASES])
+def test_live_tensors_never_overlap_and_only_parameters_outlive_the_step(nid, cfg):
+    _check_no_overlap(declare(load_network(nid), cfg))
+
+
+def test_addresses_are_deterministic_across_builds():
+    c, d = build_step(load_network("lecun-1989"), TrainingConfig(batch=4)), build_step(load_network("lecun-1989"),
+                                                                                         TrainingConfig(batch=4))
+    assert [k.as_dict() for k in c.kernels] == [k.as_dict() for k in d.kernels]
+
+
 def _toy() -> tuple[Graph, dict[str, str]]:
     """x -> [block 0: y = x.W, relu] -> head -> loss; backward reads y and the relu mask."""
     g = Graph("fp32")
@@ -108,3 +133,28 @@ def test_a_view_keeps_its_parent_alive():
     assert kbwd.reads[1].name == "k" and kbwd.reads[1].bytes == 256
 
 
+def test_adding_a_kernel_never_touches_a_free_list():
+    """A custom builder declares one more kernel (a dropout on L1's output) and gets a valid step."""
+    net = load_network("nettalk")
+    cfg = TrainingConfig(batch=4)
+    plain_g = declare(net, cfg)
+    g = declare(net, cfg)
+    # the extra kernel and its gradient: declared, nothing else
+    y = next(t for t, d in g.tensors.items() if d.name == "L1.y")
+    fwd = next(j for j, op in enumerate(g.ops) if op.name == "L1.epilogue")
+    with g.at(block=0):
+        mask = g.tensor("L1.mask", 4 * 80, 1)
+        g.ew("L1.dropout", "forward", (y,), (mask, y), 4 * 80, {"mul": 1})
+        extra = g.ops.pop()
+        g.ops.insert(fwd + 1, extra)
+        dz = next(t for t, d in g.tensors.items() if d.name == "L1.dz")
+        bwd = next(j for j, op in enumerate(g.ops) if op.name == "L1.epilogue.bwd")
+        g.ew("L1.dropout.bwd", "backward", (dz, mask), (dz,), 4 * 80, {"mul": 1})
+        g.ops.insert(bwd + 1, g.ops.pop())
+    kernels, layout = derive(g)
+    _, plain = derive(plain_g)
+    assert mask in layout.alloc_before and layout.free_after[mask] == [op.name for op in g.ops].index("L1.dropout.bwd")
+    assert layout.refs[mask].cls == "activations"
+    assert layout.ledger.activations == plain.ledger.activations + 4 * 80
+    assert not [t for t in layout.live_at_end if not g.tensors[t].whole_step]
+    assert len(kernels) == len(plain_g.ops) + 2

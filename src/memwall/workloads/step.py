@@ -38,110 +38,36 @@ Conventions (they fix the exact FLOPs the tests check):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
+from . import checkpoint
 from .allocator import Allocator, TensorRef
+from .builders.chain import declare_chain
 from .config import DTYPE_BYTES, OPTIMIZER_STATES, TrainingConfig
+from .graph import Graph
+from .kernel import Kernel, Ledger
+from .liveness import derive
+from .ops import (
+    ACT_BWD,
+    ACT_FWD,
+    FLOP_WEIGHTS,
+    KERNEL_OPS,
+    KERNEL_PHASES,
+    NORM_BWD,
+    NORM_FWD,
+    OPTIMIZER_OPS,
+    SOFTMAX_BWD,
+    SOFTMAX_FWD,
+    flops_of,
+)
+from .ops import plus as _plus
+from .ops import scale as _scale
 
-KERNEL_PHASES = ("forward", "backward", "recompute", "update")
-KERNEL_OPS = ("gemm", "gemv", "elementwise", "softmax", "attention", "reduction", "update")
-FLOP_WEIGHTS = {"fma": 2, "add": 1, "mul": 1, "div": 1, "exp": 1, "sqrt": 1, "max": 1, "tanh": 1}
-
-# operation counts per element of the elementwise kernels (the FLOPs follow from them)
-ACT_FWD = {"sigmoid": {"exp": 1, "add": 1, "div": 1}, "tanh": {"tanh": 1}, "relu": {"max": 1},
-           "identity": {}, "gelu": {"tanh": 1, "mul": 5, "add": 2}}
-ACT_BWD = {"sigmoid": {"add": 1, "mul": 2}, "tanh": {"mul": 2, "add": 1}, "relu": {"mul": 1},
-           "identity": {}, "gelu": {"tanh": 1, "mul": 9, "add": 4}}
-NORM_FWD = {"layernorm": {"add": 3, "mul": 2, "fma": 1}, "rmsnorm": {"fma": 1, "mul": 2}}
-NORM_BWD = {"layernorm": {"add": 5, "mul": 5, "fma": 2}, "rmsnorm": {"add": 2, "mul": 4, "fma": 1}}
-SOFTMAX_FWD = {"max": 1, "add": 2, "exp": 1, "mul": 1}  # scale, running max, exp, sum, normalise
-SOFTMAX_BWD = {"mul": 2, "add": 2}  # dS = P (dP - sum(dP P))
-POOL_OPS = {"max": 1}  # max-pool and average-pool alike: one operation per input element
-OPTIMIZER_OPS = {"sgd": {"mul": 1, "add": 1}, "momentum": {"mul": 2, "add": 2},
-                 "adam": {"mul": 6, "add": 4, "div": 1, "sqrt": 1}}
-
-
-def flops_of(ops: dict[str, int]) -> int:
-    return sum(FLOP_WEIGHTS.get(k, 0) * v for k, v in ops.items())
-
-
-def _scale(ops: dict[str, int], n: int) -> dict[str, int]:
-    return {k: v * n for k, v in ops.items() if v}
-
-
-def _plus(*ops: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for o in ops:
-        for k, v in o.items():
-            out[k] = out.get(k, 0) + v
-    return out
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel: exact FLOPs of one run, the tensors it touches, how many runs it stands for."""
-
-    name: str
-    phase: str  # KERNEL_PHASES
-    op: str  # KERNEL_OPS
-    dtype: str
-    flops: int
-    ops: dict[str, int]
-    reads: tuple[TensorRef, ...]
-    writes: tuple[TensorRef, ...]
-    dims: tuple[int, int, int] | None = None  # (M, N, K) of products; (rows, cols, 0) otherwise
-    repeat: int = 1
-    batch: int = 1  # independent products in one run (heads)
-    trans: tuple[bool, bool] = (False, False)  # A, B stored transposed
-    elements: int = 0  # elementwise kernels: elements per run
-    broadcast: tuple[str, ...] = ()  # tensors reused for every row (biases, norm gains, reductions' outputs)
-    params: dict[str, Any] = field(default_factory=dict)  # attention: heads, kv_group, seq, dk, dv
-    layer: int = -1  # transformer layer (-1: outside the repeated layers)
-    group: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "name": self.name,
-            "phase": self.phase,
-            "op": self.op,
-            "dtype": self.dtype,
-            "flops": self.flops,
-            "repeat": self.repeat,
-            "ops": self.ops,
-            "reads": [r.as_dict() for r in self.reads],
-            "writes": [w.as_dict() for w in self.writes],
-        }
-        if self.dims:
-            d["dims"] = list(self.dims)
-        if self.batch != 1:
-            d["batch"] = self.batch
-        if any(self.trans):
-            d["trans"] = list(self.trans)
-        if self.elements:
-            d["elements"] = self.elements
-        if self.params:
-            d["params"] = self.params
-        return d
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """Peak live bytes per tensor class, and in total."""
-
-    weights: int
-    gradients: int
-    optimizer: int
-    activations: int
-    workspace: int
-    input: int
-    peak: int
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
-
+__all__ = ["FLOP_WEIGHTS", "KERNEL_OPS", "KERNEL_PHASES", "Kernel", "Ledger", "Step", "build_step", "declare", "flops_of",
+           "gemm_step"]
 
 @dataclass
 class Step:
@@ -256,234 +182,6 @@ class _Builder:
             writes = (p.w, *state)
             self.ew(f"update.{p.name}", "update", reads, writes, p.values, per, op="update")
         self.layer, self.group = -1, ""
-
-
-# ---- MLPs and convolutional nets ------------------------------------------------------
-@dataclass
-class _Layer:
-    name: str
-    rows_per_example: int  # output pixels (1 for fully connected layers)
-    n: int  # output channels / units
-    k: int  # GEMM depth
-    in_units: int
-    out_units: int
-    im2col: bool
-    bias: str  # none | shared | unshared
-    bn: bool
-    act: str
-    source: int
-    residual: int | None
-    pool_from: int = 0  # units of the source before a pooling step, when sizes differ
-
-
-def _layers(net: Network) -> list[_Layer]:
-    if net.kind == "mlp":
-        return [
-            _Layer(f"L{i + 1}", 1, o, n_in, n_in, o, False, "shared" if net.bias else "none", False,
-                   net.activation, i - 1, None)
-            for i, (n_in, o) in enumerate(zip(net.layers, net.layers[1:], strict=False))
-        ]
-    out = []
-    prev_units = [net.input_shape[0] * net.input_shape[1] * net.input_shape[2]]
-    for c in net.conv_layers:
-        src_units = prev_units[c.source + 1]
-        im2col = c.type == "conv" and (c.kernel > 1 or c.stride > 1 or c.connected != c.in_channels)
-        lay = _Layer(c.name, c.pixels, c.out_channels, c.gemm_k, c.in_units, c.out_units, im2col, c.bias,
-                     c.batchnorm, c.activation, c.source, c.residual)
-        if src_units != c.in_units:
-            lay.pool_from = src_units
-        out.append(lay)
-        prev_units.append(c.out_units)
-    return out
-
-
-def _build_chain(bld: _Builder) -> None:
-    net, cfg, b = bld.net, bld.cfg, bld.b
-    layers = _layers(net)
-    nl = len(layers)
-    params: list[tuple[_Param, _Param | None, _Param | None]] = []
-    for lay in layers:
-        w = bld.param(f"{lay.name}.w", lay.n * lay.k)
-        nb = {"none": 0, "shared": lay.n, "unshared": lay.out_units}[lay.bias]
-        bias = bld.param(f"{lay.name}.b", nb) if nb else None
-        bn = bld.param(f"{lay.name}.bn", 2 * lay.n) if lay.bn else None
-        params.append((w, bias, bn))
-    if bld.train and cfg.checkpoint == "selective":
-        raise InputError("selective recomputation applies to transformers only", field="checkpoint")
-    seg = cfg.checkpoint_segment(nl) if bld.train else None
-    if seg and any(lay.residual is not None or lay.source != i - 1 for i, lay in enumerate(layers)):
-        raise InputError("checkpointing is modelled for chains of layers; this net has branches", field="checkpoint")
-    # segments: the short one first (see the module docstring)
-    bounds: list[int] = []
-    if seg:
-        first = nl - (-(-nl // seg) - 1) * seg
-        bounds = [0] + list(range(first, nl, seg))
-    segments = [(s, (bounds[i + 1] if i + 1 < len(bounds) else nl)) for i, s in enumerate(bounds)] or [(0, nl)]
-
-    x0 = bld.t("x0", "activations" if bld.train else "input", b * layers[0].in_units if not layers[0].pool_from
-               else b * layers[0].pool_from)
-    needs_target = bld.train and (net.kind != "mlp" or net.loss == "mse")  # inference has no loss
-    target = bld.t("target", "input", b * layers[-1].out_units) if needs_target else None
-    outs: list[TensorRef | None] = [None] * nl
-    pre: list[TensorRef | None] = [None] * nl  # BatchNorm inputs (conv outputs)
-    last_use = [i for i in range(nl)]  # forward: the last layer reading each output
-    for i, lay in enumerate(layers):
-        for s in (lay.source, lay.residual):
-            if s is not None and s >= 0:
-                last_use[s] = max(last_use[s], i)
-    loss_none = net.kind == "mlp" and net.loss == "none"
-
-    def src_of(i: int) -> TensorRef:
-        s = layers[i].source
-        return x0 if s < 0 else outs[s]  # type: ignore[return-value]
-
-    def forward(i: int, phase: str, keep: bool, out_cls: str) -> None:
-        lay = layers[i]
-        w, bias, bn = params[i]
-        m = b * lay.rows_per_example
-        x = src_of(i)
-        if lay.pool_from:
-            xp = bld.t(f"{lay.name}.pooled", "workspace", b * lay.in_units)
-            bld.ew(f"{lay.name}.pool", phase, (x,), (xp,), b * lay.pool_from, POOL_OPS, op="reduction")
-            x = xp
-        a = x
-        if lay.im2col:
-            a = bld.t(f"{lay.name}.cols", "workspace", m * lay.k)
-            bld.ew(f"{lay.name}.im2col", phase, (x,), (a,), m * lay.k, {})
-        final = i == nl - 1
-        cls = "workspace" if (final and loss_none) or not keep else out_cls
-        z = bld.t(f"{lay.name}.z", "activations" if keep and lay.bn else "workspace", m * lay.n) if lay.bn else None
-        y = bld.t(f"{lay.name}.y" + ("'" if phase == "recompute" else ""), cls, m * lay.n)
-        bld.gemm(f"{lay.name}.fwd", phase, a, w.w, z or y, m, lay.n, lay.k, trans=(False, True))
-        if a is not x:
-            bld.free(a)
-        if lay.pool_from:
-            bld.free(x)
-        epi = _plus(ACT_FWD[lay.act], {"add": 1} if lay.bias != "none" else {},
-                    {"add": 2, "mul": 3} if lay.bn else {}, {"add": 1} if lay.residual is not None else {})
-        if epi:
-            reads = [z or y] + ([bias.w] if bias else []) + ([bn.w] if bn else [])
-            if lay.residual is not None:
-                r = layers[lay.residual].source if lay.residual < 0 else lay.residual
-                reads.append(x0 if r < 0 else outs[r])  # type: ignore[arg-type]
-            bcast = tuple(p.w for p in (bias, bn) if p is not None and (p is not bias or lay.bias == "shared"))
-            bld.ew(f"{lay.name}.epilogue", phase, tuple(reads), (y,), m * lay.n, epi, rows=m, broadcast=bcast)
-        if z is not None and not keep:
-            bld.free(z)
-        outs[i] = y
-        pre[i] = z
-
-    # ---- forward --------------------------------------------------------------------------
-    boundary = {s - 1 for s, _ in segments} if seg else set()
-    for i in range(nl):
-        keep = bld.train and (not seg or i in boundary or i == nl - 1)
-        forward(i, "forward", keep, "activations")
-        if not bld.train or seg:  # free inputs nobody will read again in the forward pass
-            for j in range(nl):
-                if outs[j] is not None and last_use[j] == i and j != i and j not in boundary:
-                    bld.free(outs[j])
-                    outs[j] = None
-            if i == 0 and not bld.train:
-                bld.free(x0)
-    if not bld.train:
-        bld.free(outs[-1])
-        return
-
-    # ---- loss -------------------------------------------------------------------------------
-    out = outs[-1]
-    assert out is not None
-    if target is not None:
-        d_out = bld.t("d.out", "workspace", out.bytes // bld.esz)
-        bld.ew("loss.grad", "backward", (out, target), (d_out,), out.bytes // bld.esz, {"add": 1})
-    else:
-        d_out = bld.t("d.out", "input", out.bytes // bld.esz)  # the supplied output gradient
-    if seg or loss_none:
-        bld.free(out)
-        outs[-1] = None
-    grads: list[TensorRef | None] = [None] * nl
-    grads[-1] = d_out
-
-    def backward(i: int) -> None:
-        lay = layers[i]
-        w, bias, bn = params[i]
-        m = b * lay.rows_per_example
-        dy = grads[i]
-        assert dy is not None
-        y = outs[i]
-        dz = dy
-        bwd = _plus(ACT_BWD[lay.act] if y is not None else {}, {"add": 2, "mul": 4} if lay.bn else {})
-        if bwd or lay.bn:
-            dz = bld.t(f"{lay.name}.dz", "workspace", m * lay.n)
-            reads = [dy] + ([y] if ACT_BWD[lay.act] and y is not None else []) + ([pre[i]] if lay.bn else [])
-            reads += [bn.w] if bn else []
-            writes = [dz] + ([bn.g] if bn else [])
-            bld.ew(f"{lay.name}.epilogue.bwd", "backward", tuple(r for r in reads if r is not None),
-                   tuple(r for r in writes if r is not None), m * lay.n, bwd, rows=m,
-                   broadcast=tuple(p.g for p in (bn,) if p is not None and p.g is not None)
-                   + tuple(p.w for p in (bn,) if p is not None))
-            bld.free(dy, pre[i])
-        if lay.residual is not None:  # the shortcut's gradient joins its source's
-            r = lay.residual
-            if grads[r] is None:
-                grads[r] = dz
-            else:
-                bld.ew(f"{lay.name}.residual.bwd", "backward", (grads[r], dz), (grads[r],), m * lay.n, {"add": 1})
-        if bias is not None:
-            assert bias.g is not None
-            rows = m if lay.bias == "shared" else b
-            bld.ew(f"{lay.name}.bias.bwd", "backward", (dz,), (bias.g,), m * lay.n, {"add": 1}, rows=rows,
-                   broadcast=(bias.g,), op="reduction")
-        x = src_of(i)
-        a = x
-        if lay.pool_from:
-            a = bld.t(f"{lay.name}.pooled", "workspace", b * lay.in_units)
-            bld.ew(f"{lay.name}.pool", "backward", (x,), (a,), b * lay.pool_from, POOL_OPS, op="reduction")
-        pooled = a
-        if lay.im2col:
-            a = bld.t(f"{lay.name}.cols", "workspace", m * lay.k)
-            bld.ew(f"{lay.name}.im2col", "backward", (pooled,), (a,), m * lay.k, {})
-        assert w.g is not None
-        # weight gradient: dW[n x k] = dZ^T . A
-        bld.gemm(f"{lay.name}.dW", "backward", dz, a, w.g, lay.n, lay.k, m, trans=(True, False))
-        # input gradient: dA[m x k] = dZ . W
-        da = bld.t(f"{lay.name}.dx", "workspace", m * lay.k)
-        bld.gemm(f"{lay.name}.dX", "backward", dz, w.w, da, m, lay.k, lay.n)
-        if a is not pooled:
-            bld.free(a)
-        if pooled is not x:
-            bld.free(pooled)
-        dx = da
-        if lay.im2col or lay.pool_from:
-            dx = bld.t(f"{lay.name}.dx.img", "workspace", b * (lay.pool_from or lay.in_units))
-            bld.ew(f"{lay.name}.col2im", "backward", (da,), (dx,), m * lay.k, {"add": 1})
-            bld.free(da)
-        if lay.residual is None or grads[lay.residual] is not dz:
-            bld.free(dz)
-        bld.free(dy)
-        if y is not None:
-            bld.free(y)
-            outs[i] = None
-        s = lay.source
-        if s < 0:
-            bld.free(dx)  # the input gradient of the first layer: computed, not needed
-            return
-        if grads[s] is None:
-            grads[s] = dx
-        else:
-            bld.ew(f"{lay.name}.dx.accumulate", "backward", (grads[s], dx), (grads[s],), dx.bytes // bld.esz, {"add": 1})
-            bld.free(dx)
-
-    for s, e in reversed(segments):
-        if seg:
-            for i in range(s, e):
-                forward(i, "recompute", True, "activations" if i < e - 1 else "workspace")
-        for i in reversed(range(s, e)):
-            backward(i)
-        if seg and s > 0:
-            bld.free(outs[s - 1])
-            outs[s - 1] = None
-    bld.free(x0, target)
-    bld.updates()
 
 
 # ---- transformers ---------------------------------------------------------------------------
@@ -1073,18 +771,30 @@ def _group_sizes(net: Network) -> dict[str, int]:
     return dict(net.layer_kinds()) if net.is_sequence else {}
 
 
+def declare(network: Network, config: TrainingConfig) -> Graph:
+    """The declared step of a chain, checkpointing applied (transformers: still built below)."""
+    if config.seq_len is not None:
+        raise InputError(f"{network.id} is not a sequence model: no seq_len", field="seq_len")
+    per_example = config.updates == "per-example" and config.training
+    g = Graph(config.dtype)
+    declare_chain(g, network, 1 if per_example else config.batch, training=config.training,
+                  optimizer=config.optimizer)
+    if config.training:
+        checkpoint.apply(g, config.checkpoint)
+    return g
+
+
 def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool = False) -> Step:
     """The step of ``config`` on ``network`` (kernels, FLOPs, capacity ledger)."""
     per_example = config.updates == "per-example" and config.training
     batch = 1 if per_example else config.batch
     iterations = config.batch if per_example else 1
+    if not network.is_sequence:
+        kernels, layout = derive(declare(network, config))
+        return Step(network, config, kernels, layout.ledger, iterations, config.batch, network.connections,
+                    _total_flops(kernels, iterations))
     bld = _Builder(network, config, batch)
-    if network.is_sequence:
-        _build_transformer(bld)
-    else:
-        if config.seq_len is not None:
-            raise InputError(f"{network.id} is not a sequence model: no seq_len", field="seq_len")
-        _build_chain(bld)
+    _build_transformer(bld)
     kernels = bld.kernels
     if network.is_sequence and not expand_repeats:
         sizes = _group_sizes(network)

@@ -1,0 +1,117 @@
+"""The checkpointing transform: segments, what is kept, what is recomputed, and the ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from memwall.errors import InputError
+from memwall.networks import load_network
+from memwall.workloads.checkpoint import segments
+from memwall.workloads.config import TrainingConfig
+from memwall.workloads.graph import Graph
+from memwall.workloads.liveness import classes
+from memwall.workloads.step import build_step, declare
+
+L_MLP = 9
+
+
+@pytest.fixture
+def tiny_mlp(tmp_path):
+    path = tmp_path / "tiny-mlp.toml"
+    widths = ", ".join(["32"] * (L_MLP + 1))
+    path.write_text('id = "tiny-mlp"\nname = "tiny"\nkind = "mlp"\nyear = 2024\nsource = "test"\nstatus = "synthetic"\n'
+                    f'[mlp]\nlayers = [{widths}]\nbias = true\nactivation = "sigmoid"\nloss = "mse"\n')
+    return load_network(path)
+
+
+def test_segments_put_the_short_one_first():
+    assert segments(48, "sqrt") == [(0, 6)] + [(s, s + 7) for s in range(6, 48, 7)]
+    assert segments(48, "every:12") == [(0, 12), (12, 24), (24, 36), (36, 48)]
+    assert segments(5, "every:2") == [(0, 1), (1, 3), (3, 5)]
+    assert segments(3, "every:8") == [(0, 3)]
+    assert segments(16, "sqrt") == [(0, 4), (4, 8), (8, 12), (12, 16)]
+    assert segments(10, "none") == [] and segments(10, "selective") == []
+    for n in range(1, 40):
+        for ck in ("sqrt", "every:1", "every:3", "every:7"):
+            segs = segments(n, ck)
+            assert segs[0][0] == 0 and segs[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(segs, segs[1:], strict=False))
+            lengths = [e - s for s, e in segs]
+            assert all(x == lengths[-1] for x in lengths[1:]) and lengths[0] <= lengths[-1]
+
+
+def _writers(g: Graph) -> dict[str, set[tuple[str, int]]]:
+    out: dict[str, set[tuple[str, int]]] = {}
+    for op in g.ops:
+        for t in op.writes:
+            out.setdefault(g.root(t)[0], set()).add((op.phase, op.block))
+    return out
+
+
+def _check_segments(g: Graph, ck: str) -> list[tuple[int, int]]:
+    """Recompute = each segment's forward kernels, just before its backward; reads redirected."""
+    segs = segments(len(g.blocks), ck)
+    fwd = [op for op in g.ops if op.phase == "forward" and op.block >= 0]
+    rec = [op for op in g.ops if op.phase == "recompute"]
+    expect = [op.name for s, e in reversed(segs) for op in fwd if s <= op.block < e]
+    assert [op.name for op in rec] == expect
+    for s, e in segs:  # the segment's recompute comes right before its first backward kernel
+        j = next(j for j, op in enumerate(g.ops) if op.phase == "backward" and s <= op.block < e)
+        assert [op.block for op in g.ops[j - len([o for o in fwd if s <= o.block < e]):j]] == sorted(
+            o.block for o in fwd if s <= o.block < e)
+    writers = _writers(g)
+    for op in g.ops:  # no backward kernel reads a forward copy of its own segment
+        if op.phase != "backward" or op.block < 0:
+            continue
+        s, e = next(x for x in segs if x[0] <= op.block < x[1])
+        for t in op.reads:
+            assert not any(p == "forward" and s <= b < e for p, b in writers.get(g.root(t)[0], ())), (op.name, t)
+    return segs
+
+
+def _kept(g: Graph) -> set[str]:
+    """Saved tensors that the forward pass produced (not a recompute)."""
+    cls = classes(g)
+    rec = {g.root(t)[0] for op in g.ops if op.phase == "recompute" for t in op.writes}
+    return {t for t, c in cls.items() if c == "activations" and t not in rec}
+
+
+@pytest.mark.parametrize("ck", ["every:1", "every:2", "every:4", "sqrt"])
+def test_mlp_keeps_the_boundaries_and_recomputes_each_segment(tiny_mlp, ck):
+    g = declare(tiny_mlp, TrainingConfig(batch=3, checkpoint=ck))
+    segs = _check_segments(g, ck)
+    x0 = next(t for t, d in g.tensors.items() if d.name == "x0")
+    boundaries = {x0} | {g.blocks[s - 1] for s, _ in segs[1:]}
+    assert _kept(g) == boundaries | {g.blocks[-1]}  # and the output the loss reads
+    plain, st = build_step(tiny_mlp, TrainingConfig(batch=3)), build_step(tiny_mlp, TrainingConfig(batch=3, checkpoint=ck))
+    assert st.flops["recompute"] == plain.flops["forward"]  # one more forward pass
+    assert st.flops["forward"] == plain.flops["forward"] and st.flops["backward"] == plain.flops["backward"]
+    y = 3 * 32 * 4
+    k = max(e - s for s, e in segs)
+    # boundaries + k - 1 recomputed outputs, or, with one-layer segments, + the output the loss reads
+    assert st.ledger.activations == (len(segs) + max(k - 1, 1)) * y
+    assert st.ledger.activations <= plain.ledger.activations == (L_MLP + 1) * y
+
+
+@pytest.mark.parametrize("nid", ["affine-48x1024", "lecun-1989", "nettalk", "alvinn"])
+def test_checkpointing_never_grows_the_activations_peak(nid):
+    net = load_network(nid)
+    seq = 64 if net.is_sequence else None
+    plain = build_step(net, TrainingConfig(batch=2, seq_len=seq))
+    for ck in ("every:1", "every:2", "sqrt", "selective"):
+        if ck == "selective" and not net.is_sequence:
+            continue
+        st = build_step(net, TrainingConfig(batch=2, seq_len=seq, checkpoint=ck))
+        assert st.ledger.activations <= plain.ledger.activations, ck
+        assert st.ledger.peak <= plain.ledger.peak, ck
+
+
+def test_refusals_keep_their_fields():
+    with pytest.raises(InputError) as e:
+        build_step(load_network("nettalk"), TrainingConfig(checkpoint="selective"))
+    assert e.value.field == "checkpoint" and "transformers only" in str(e.value)
+    with pytest.raises(InputError) as e:
+        build_step(load_network("resnet-50"), TrainingConfig(checkpoint="sqrt"))
+    assert e.value.field == "checkpoint" and "branches" in str(e.value)
+    # inference ignores checkpointing, as before
+    assert build_step(load_network("resnet-50"), TrainingConfig(checkpoint="sqrt", phase="forward")).kernels
