@@ -24,6 +24,16 @@ def tiny_mlp(tmp_path):
     return load_network(path)
 
 
+@pytest.fixture
+def tiny_flash(tmp_path):
+    path = tmp_path / "tiny-flash.toml"
+    path.write_text('id = "tiny-flash"\nname = "tiny"\nkind = "transformer"\nyear = 2024\nsource = "test"\n'
+                    'status = "synthetic"\n[transformer]\nlayers = 3\nd_model = 64\nheads = 4\nkv_heads = 2\n'
+                    'd_ff = 128\nvocab = 100\nseq_len = 32\nattention = "flash"\nmlp = "swiglu"\nnorm = "rmsnorm"\n'
+                    'positions = "rope"\n')
+    return load_network(path)
+
+
 def test_segments_put_the_short_one_first():
     assert segments(48, "sqrt") == [(0, 6)] + [(s, s + 7) for s in range(6, 48, 7)]
     assert segments(48, "every:12") == [(0, 12), (12, 24), (24, 36), (36, 48)]
@@ -93,7 +103,49 @@ def test_mlp_keeps_the_boundaries_and_recomputes_each_segment(tiny_mlp, ck):
     assert st.ledger.activations <= plain.ledger.activations == (L_MLP + 1) * y
 
 
-@pytest.mark.parametrize("nid", ["affine-48x1024", "lecun-1989", "nettalk", "alvinn"])
+@pytest.mark.parametrize("ck", ["every:1", "every:2", "sqrt"])
+def test_transformer_recomputes_one_forward_pass_of_its_blocks(tiny_gpt, ck):
+    net = tiny_gpt(5, 64, 256, 100, 32)
+    g = declare(net, TrainingConfig(batch=2, checkpoint=ck))
+    segs = _check_segments(g, ck)
+    x0 = next(t for t, d in g.tensors.items() if d.name == "embed.out")
+    assert _kept(g) == {x0} | {g.blocks[s - 1] for s, _ in segs[1:]} | {g.blocks[-1]}  # + the final norm's input
+    plain = build_step(net, TrainingConfig(batch=2), expand_repeats=True)
+    st = build_step(net, TrainingConfig(batch=2, checkpoint=ck), expand_repeats=True)
+    block_fwd = sum(k.flops * k.repeat for k in plain.kernels if k.phase == "forward" and k.layer >= 0)
+    assert st.flops["recompute"] == block_fwd < plain.flops["forward"]
+    assert st.ledger.activations < plain.ledger.activations
+
+
+def test_selective_recomputes_only_the_attention_core(tiny_gpt):
+    net = tiny_gpt(3, 64, 256, 100, 32)
+    g = declare(net, TrainingConfig(batch=2, checkpoint="selective"))
+    rec = [(j, op) for j, op in enumerate(g.ops) if op.phase == "recompute"]
+    assert [op.name for _, op in rec] == ["attn.qk", "attn.softmax", "attn.dropout"] * 3
+    assert {op.role for _, op in rec} == {"attention-core"}
+    assert [op.block for _, op in rec] == [2, 2, 2, 1, 1, 1, 0, 0, 0]
+    for j, op in rec[2::3]:  # right before the block's attention backward
+        assert (g.ops[j + 1].name, g.ops[j + 1].block) == ("attn.dP", op.block)
+    cls = classes(g)
+    saved = {g.tensors[t].name for t, c in cls.items() if c == "activations"}
+    fwd_core = {g.root(t)[0] for op in g.ops if op.phase == "forward" and op.role == "attention-core" for t in op.writes}
+    assert all(cls[t] == "workspace" for t in fwd_core)  # the forward copies are not kept
+    assert {"attn.probs", "attn.mask", "attn.dropped"} <= saved  # the recomputed ones are, for their backward
+    st = build_step(net, TrainingConfig(batch=2, checkpoint="selective"))
+    plain = build_step(net, TrainingConfig(batch=2))
+    s, a, b = 32, 4, 2
+    assert st.flops["recompute"] == 3 * (2 * b * a * s * s * 16 + 5 * b * a * s * s + b * a * s * s)
+    assert st.ledger.activations < plain.ledger.activations
+
+
+def test_selective_is_a_no_op_for_flash_attention(tiny_flash):
+    cfg = TrainingConfig(batch=2, checkpoint="selective")
+    st, plain = build_step(tiny_flash, cfg), build_step(tiny_flash, TrainingConfig(batch=2))
+    assert st.flops == plain.flops and st.ledger == plain.ledger
+    assert [k.as_dict() for k in st.kernels] == [k.as_dict() for k in plain.kernels]
+
+
+@pytest.mark.parametrize("nid", ["affine-48x1024", "lecun-1989", "nettalk", "gpt2-small", "llama3-8b", "deepseek-v3"])
 def test_checkpointing_never_grows_the_activations_peak(nid):
     net = load_network(nid)
     seq = 64 if net.is_sequence else None

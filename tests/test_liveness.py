@@ -11,8 +11,10 @@ from memwall.workloads.liveness import classes, derive
 from memwall.workloads.step import build_step, declare
 
 CASES = [("lecun-1989", TrainingConfig(batch=3)), ("nettalk", TrainingConfig(batch=2, optimizer="adam")),
-         ("resnet-50", TrainingConfig(batch=1)), ("lecun-1989", TrainingConfig(batch=2, checkpoint="every:2")),
-         ("alvinn", TrainingConfig(batch=2, checkpoint="sqrt"))]
+         ("resnet-50", TrainingConfig(batch=1)), ("gpt2-small", TrainingConfig(batch=1, seq_len=64)),
+         ("deepseek-v3", TrainingConfig(batch=1, seq_len=16, dtype="bf16")),
+         ("llama3-8b", TrainingConfig(batch=1, seq_len=32, checkpoint="sqrt")),
+         ("bert-large", TrainingConfig(batch=1, seq_len=32, checkpoint="selective", phase="forward"))]
 
 
 def _uses(g: Graph) -> dict[str, list[int]]:
@@ -78,7 +80,11 @@ def test_live_tensors_never_overlap_and_only_parameters_outlive_the_step(nid, cf
     _check_no_overlap(declare(load_network(nid), cfg))
 
 
-def test_addresses_are_deterministic_across_builds():
+def test_addresses_are_deterministic_across_builds(tiny_gpt):
+    net = tiny_gpt(3, 64, 256, 100, 32)
+    for cfg in (TrainingConfig(batch=2, checkpoint="every:2"), TrainingConfig(batch=2, optimizer="adam")):
+        a, b = build_step(net, cfg), build_step(net, cfg)
+        assert [k.reads + k.writes for k in a.kernels] == [k.reads + k.writes for k in b.kernels]
     c, d = build_step(load_network("lecun-1989"), TrainingConfig(batch=4)), build_step(load_network("lecun-1989"),
                                                                                          TrainingConfig(batch=4))
     assert [k.as_dict() for k in c.kernels] == [k.as_dict() for k in d.kernels]
