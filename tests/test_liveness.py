@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
 
 from memwall.networks import load_network
@@ -48,15 +50,18 @@ def _check_no_overlap(g: Graph) -> None:
         if layout.free_after[t] is not None:
             ends.setdefault(layout.free_after[t], []).append(t)
     live: dict[str, tuple[int, int]] = {}
+    spans: list[tuple[int, int, str]] = []  # live spans, sorted by address
     for j in range(len(g.ops)):
         for t in starts.get(j, ()):
             r = layout.refs[t]
-            span = (r.addr, r.addr + r.bytes)
-            for other, (a, e) in live.items():
-                assert span[1] <= a or span[0] >= e, (t, other)
-            live[t] = span
+            span = (r.addr, r.addr + r.bytes, t)
+            i = bisect.bisect(spans, span)
+            assert i == 0 or spans[i - 1][1] <= span[0], (t, spans[i - 1][2])
+            assert i == len(spans) or span[1] <= spans[i][0], (t, spans[i][2])
+            spans.insert(i, span)
+            live[t] = span[:2]
         for t in ends.get(j, ()):
-            del live[t]
+            spans.remove((*live.pop(t), t))
     assert set(live) == set(layout.live_at_end)
     for t in layout.live_at_end:
         d = g.tensors[t]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .allocator import Allocator, TensorRef
+from .allocator import CLASSES, Allocator, TensorRef
 from .graph import Graph, Op
 from .kernel import Kernel, Ledger
 
@@ -119,7 +119,6 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
             kernels.append(_kernel(op, refs))
         for tid in ends.get(j, ()):
             al.free(owned[tid])
-    ledger = Ledger(al.peak["weights"], al.peak["gradients"], al.peak["optimizer"], al.peak["activations"],
-                    al.peak["workspace"], al.peak["input"], al.peak_total)
+    ledger = Ledger(**{c: al.peak[c] for c in CLASSES}, peak=al.peak_total)
     live = tuple(t for t, r in owned.items() if al.is_live(r))
     return kernels, Layout(refs, alloc_before, free_after, ledger, live)
