@@ -76,10 +76,9 @@ def _kernel(op: Op, refs: dict[str, TensorRef]) -> Kernel:
                   tuple(refs[t].name for t in op.broadcast), op.params, op.layer, op.group)
 
 
-def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
-    """The declared kernels at addresses, and the layout that put them there."""
+def lifetimes(graph: Graph) -> tuple[dict[str, int], dict[str, int | None]]:
+    """Per owning tensor: the kernel it is allocated before, the kernel it is freed after."""
     first, last = _spans(graph)
-    cls = classes(graph)
     alloc_before: dict[str, int] = {}
     free_after: dict[str, int | None] = {}
     for tid, d in graph.tensors.items():
@@ -89,6 +88,13 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
             alloc_before[tid], free_after[tid] = 0, None
         elif tid in first:
             alloc_before[tid], free_after[tid] = first[tid], last[tid]
+    return alloc_before, free_after
+
+
+def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
+    """The declared kernels at addresses, and the layout that put them there."""
+    cls = classes(graph)
+    alloc_before, free_after = lifetimes(graph)
     starts: dict[int, list[str]] = {}
     ends: dict[int, list[str]] = {}
     for tid, j in alloc_before.items():  # declaration order within a kernel
@@ -99,14 +105,6 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
     al = Allocator()
     owned: dict[str, TensorRef] = {}
     refs: dict[str, TensorRef] = {}
-
-    def ref(t: str) -> TensorRef:
-        if t not in refs:
-            r, off = graph.root(t)
-            base = owned[r]
-            refs[t] = TensorRef(graph.tensors[t].name, base.cls, base.addr + off, graph.tensors[t].bytes)
-        return refs[t]
-
     kernels: list[Kernel] = []
     for j in range(max(len(graph.ops), 1)):
         for tid in starts.get(j, ()):
@@ -115,7 +113,9 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
         if j < len(graph.ops):
             op = graph.ops[j]
             for t in op.touches:
-                ref(t)
+                if t not in refs:  # a view: at its offset into the tensor that owns it
+                    r, off = graph.root(t)
+                    refs[t] = TensorRef(graph.tensors[t].name, owned[r].cls, owned[r].addr + off, graph.tensors[t].bytes)
             kernels.append(_kernel(op, refs))
         for tid in ends.get(j, ()):
             al.free(owned[tid])
