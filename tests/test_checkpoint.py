@@ -92,6 +92,7 @@ def test_mlp_keeps_the_boundaries_and_recomputes_each_segment(tiny_mlp, ck):
     segs = _check_segments(g, ck)
     x0 = next(t for t, d in g.tensors.items() if d.name == "x0")
     boundaries = {x0} | {g.blocks[s - 1] for s, _ in segs[1:]}
+    assert len(boundaries) == len(segs)
     assert _kept(g) == boundaries | {g.blocks[-1]}  # and the output the loss reads
     plain, st = build_step(tiny_mlp, TrainingConfig(batch=3)), build_step(tiny_mlp, TrainingConfig(batch=3, checkpoint=ck))
     assert st.flops["recompute"] == plain.flops["forward"]  # one more forward pass
