@@ -54,18 +54,6 @@ class TrainingConfig:
     def training(self) -> bool:
         return self.phase == "train"
 
-    def checkpoint_segment(self, layers: int) -> int | None:
-        """Layers per checkpointed segment for a net of ``layers`` layers; None without."""
-        c = parse_checkpoint(self.checkpoint)
-        if c.mode in ("none", "selective"):
-            return None
-        if c.mode == "sqrt":
-            k = 1
-            while k * k < layers:
-                k += 1
-            return k
-        return c.every
-
     def as_dict(self) -> dict:
         return {
             "batch": self.batch,

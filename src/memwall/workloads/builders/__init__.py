@@ -1,0 +1,1 @@
+"""Per-architecture step builders: each declares kernels over named tensors, and frees nothing."""

@@ -1,0 +1,176 @@
+"""Attention, declared: projections (multi-head, grouped-query, multi-head latent) and core.
+
+Owns: :func:`attention` and :func:`attention_bwd`, for one block.
+
+* Q, K and V are written head-major by the projection (the transpose folded into its
+  output addressing), so each head's matrix is contiguous: with a fused QKV projection
+  they are views of its output. Grouped-query attention has ``kv_heads`` K and V heads.
+* MLA (DeepSeek) projects through low-rank latents with their own RMSNorms; K joins a
+  per-head part from the latent and a rope part shared by the heads.
+* The core computes the full ``s x s`` scores even when causal (as materialising
+  implementations do). Its QK^T, softmax and dropout have role ``attention-core``, what
+  selective recomputation reruns; a fused (flash) kernel saves only the softmax
+  statistics and recomputes the scores in its backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...networks import Network
+from ..graph import Op, Param
+from ..ops import SOFTMAX_BWD, SOFTMAX_FWD, flops_of, plus, scale
+from .layers import Rows, linear, linear_bwd, norm, norm_bwd
+
+
+@dataclass(frozen=True)
+class Attn:
+    """One block's attention: the network, its batch and sequence length, its rows."""
+
+    net: Network
+    batch: int
+    seq: int
+    r: Rows
+
+    @property
+    def scores(self) -> int:
+        return self.batch * self.net.heads * self.seq * self.seq
+
+    def core_params(self, backward: bool = False) -> dict:
+        net = self.net
+        p = {"heads": net.heads, "kv_group": net.heads // net.kv_heads, "seq": self.seq, "dk": net.qk_dim(),
+             "dv": net.v_dim(), "causal": net.causal}
+        return {**p, "backward": True} if backward else p
+
+
+def _core(at: Attn, phase: str, q: str, k: str, v: str) -> tuple[str, dict[str, str]]:
+    g, net, s, bh = at.r.g, at.net, at.seq, at.batch * at.net.heads
+    dk, dv = net.qk_dim(), net.v_dim()
+    ctx = g.tensor("attn.ctx", at.r.n * net.heads * dv)
+    if net.attention == "flash":
+        lse = g.tensor("attn.lse", bh * s, 4)
+        ops = plus({"fma": at.scores * (dk + dv)}, scale(SOFTMAX_FWD, at.scores))
+        g.add(Op("attn.flash", phase, "attention", g.dtype, flops_of(ops), ops, (q, k, v), (ctx, lse), (s, s, dk),
+                 batch=bh, params=at.core_params(), role="attention"))
+        return ctx, {"lse": lse}
+    sc = g.tensor("attn.scores", at.scores)
+    g.gemm("attn.qk", phase, q, k, sc, s, s, dk, trans=(False, True), batch=bh, role="attention-core")
+    p = g.tensor("attn.probs", at.scores)
+    g.ew("attn.softmax", phase, (sc,), (p,), at.scores, SOFTMAX_FWD, rows=bh * s, op="softmax", role="attention-core")
+    saved = {"probs": p, "dropped": p}
+    if net.dropout:
+        saved["mask"] = g.tensor("attn.mask", at.scores, 1)
+        saved["dropped"] = g.tensor("attn.dropped", at.scores)
+        g.ew("attn.dropout", phase, (p,), (saved["mask"], saved["dropped"]), at.scores, {"mul": 1},
+             role="attention-core")
+    g.gemm("attn.pv", phase, saved["dropped"], v, ctx, s, dv, s, batch=bh, role="attention")
+    return ctx, saved
+
+
+def _core_bwd(at: Attn, q: str, k: str, v: str, ctx: str, dctx: str, saved: dict[str, str], dq: str, dk_: str,
+              dv_: str) -> None:
+    g, net, s, bh = at.r.g, at.net, at.seq, at.batch * at.net.heads
+    dk, dv = net.qk_dim(), net.v_dim()
+    if net.attention == "flash":
+        ops = plus({"fma": at.scores * (3 * dk + 2 * dv)}, scale(plus(SOFTMAX_FWD, SOFTMAX_BWD), at.scores))
+        g.add(Op("attn.flash.bwd", "backward", "attention", g.dtype, flops_of(ops), ops,
+                 (q, k, v, ctx, dctx, saved["lse"]), (dq, dk_, dv_), (s, s, dk), batch=bh,
+                 params=at.core_params(backward=True), role="attention"))
+        return
+    dpd = g.tensor("attn.dprobs", at.scores)
+    g.gemm("attn.dP", "backward", dctx, v, dpd, s, s, dv, trans=(False, True), batch=bh, role="attention")
+    g.gemm("attn.dV", "backward", saved["dropped"], dctx, dv_, s, dv, s, trans=(True, False), batch=bh,
+           role="attention")
+    if net.dropout:
+        g.ew("attn.dropout.bwd", "backward", (dpd, saved["mask"]), (dpd,), at.scores, {"mul": 1},
+             role="attention-core")
+    g.ew("attn.softmax.bwd", "backward", (dpd, saved["probs"]), (dpd,), at.scores, SOFTMAX_BWD, rows=bh * s,
+         op="softmax", role="attention-core")
+    g.gemm("attn.dQ", "backward", dpd, k, dq, s, dk, s, batch=bh, role="attention")
+    g.gemm("attn.dK", "backward", dpd, q, dk_, s, dk, s, trans=(True, False), batch=bh, role="attention")
+
+
+def _heads(at: Attn, qkv: str, prefix: str) -> tuple[str, str, str]:
+    """Q, K, V (or their gradients) as views of one fused tensor."""
+    g, net, tok = at.r.g, at.net, at.r.n
+    a, kvh, dh, e = net.heads, net.kv_heads, net.d_head, g.esz
+    return (g.view(qkv, f"{prefix}q", 0, tok * a * dh * e),
+            g.view(qkv, f"{prefix}k", tok * a * dh * e, tok * kvh * dh * e),
+            g.view(qkv, f"{prefix}v", tok * (a + kvh) * dh * e, tok * kvh * dh * e))
+
+
+def _rope(at: Attn, name: str, phase: str, q: str, k: str) -> None:
+    net = at.net
+    cols = net.heads * net.mla.qk_rope_head_dim if net.mla else (net.heads + net.kv_heads) * net.d_head
+    at.r.g.ew(name, phase, (q, k), (q, k), at.r.n * cols, {"mul": 2, "add": 1}, role="position")
+
+
+def _mla(at: Attn, n1: str, p: dict[str, Param | None]) -> tuple[str, str, str, dict[str, str]]:
+    r, net, g = at.r, at.net, at.r.g
+    m, a, h, tok = net.mla, net.heads, net.d_model, at.r.n
+    assert m is not None
+    dk, dv = net.qk_dim(), net.v_dim()
+    cq = linear(r, "wq_down", "forward", n1, p["wq_down"], None, h, m.q_lora_rank)
+    cqn = norm(r, "q_norm", "forward", cq, p["q_norm"], m.q_lora_rank, "rmsnorm")
+    q = linear(r, "wq_up", "forward", cqn, p["wq_up"], None, m.q_lora_rank, a * dk)
+    ckv = linear(r, "wkv_down", "forward", n1, p["wkv_down"], None, h, m.kv_lora_rank + m.qk_rope_head_dim)
+    ckvn = norm(r, "kv_norm", "forward", ckv, p["kv_norm"], m.kv_lora_rank, "rmsnorm")
+    kv = linear(r, "wkv_up", "forward", ckvn, p["wkv_up"], None, m.kv_lora_rank, a * (m.qk_nope_head_dim + dv))
+    k = g.tensor("attn.k", tok * a * dk)  # nope part from kv, rope part shared by the heads
+    g.ew("attn.k.assemble", "forward", (kv, ckv), (k,), tok * a * dk, {"mul": 1})
+    v = g.view(kv, "attn.v", tok * a * m.qk_nope_head_dim * g.esz, tok * a * dv * g.esz)
+    _rope(at, "attn.rope", "forward", q, k)
+    return q, k, v, {"cq": cq, "cqn": cqn, "ckv": ckv, "ckvn": ckvn}
+
+
+def attention(at: Attn, n1: str, p: dict[str, Param | None]) -> dict[str, object]:
+    """Forward from the normed input ``n1``: the saved record; ``"ctx"`` is the context."""
+    net = at.net
+    if net.mla:
+        q, k, v, sv = _mla(at, n1, p)
+    else:
+        width = (net.heads + 2 * net.kv_heads) * net.d_head
+        qkv = linear(at.r, "wqkv", "forward", n1, p["wqkv"], p["wqkv.b"], net.d_model, width)
+        q, k, v = _heads(at, qkv, "attn.")
+        if net.positions == "rope":
+            _rope(at, "attn.rope", "forward", q, k)
+        sv = {}
+    ctx, core = _core(at, "forward", q, k, v)
+    return {**sv, "q": q, "k": k, "v": v, "ctx": ctx, "core": core}
+
+
+def _mla_bwd(at: Attn, sv: dict, p: dict[str, Param | None], n1: str, dctx: str) -> str:
+    r, net, g = at.r, at.net, at.r.g
+    m, a, h, tok, e = net.mla, net.heads, net.d_model, at.r.n, at.r.g.esz
+    assert m is not None
+    dk, dv = net.qk_dim(), net.v_dim()
+    dq = g.tensor("attn.dq", tok * a * dk)
+    dkk = g.tensor("attn.dk", tok * a * dk)
+    dkv = g.tensor("attn.dkv", tok * a * (m.qk_nope_head_dim + dv))
+    dvv = g.view(dkv, "attn.dv", tok * a * m.qk_nope_head_dim * e, tok * a * dv * e)
+    _core_bwd(at, sv["q"], sv["k"], sv["v"], sv["ctx"], dctx, sv["core"], dq, dkk, dvv)
+    dckv = g.tensor("attn.dckv", tok * (m.kv_lora_rank + m.qk_rope_head_dim))
+    g.ew("attn.k.assemble.bwd", "backward", (dkk,), (dkv, dckv), tok * a * dk, {"add": 1})
+    dckvn = linear_bwd(r, "wkv_up", sv["ckvn"], dkv, p["wkv_up"], None, m.kv_lora_rank, a * (m.qk_nope_head_dim + dv))
+    # the latent's gradient: the rope columns came from the K assembly, these are added
+    norm_bwd(r, "kv_norm", sv["ckv"], dckvn, p["kv_norm"], m.kv_lora_rank, "rmsnorm", into=dckv, add=True)
+    dn1 = linear_bwd(r, "wkv_down", n1, dckv, p["wkv_down"], None, h, m.kv_lora_rank + m.qk_rope_head_dim)
+    dcqn = linear_bwd(r, "wq_up", sv["cqn"], dq, p["wq_up"], None, m.q_lora_rank, a * dk)
+    dcq = norm_bwd(r, "q_norm", sv["cq"], dcqn, p["q_norm"], m.q_lora_rank, "rmsnorm")
+    dn1b = linear_bwd(r, "wq_down", n1, dcq, p["wq_down"], None, h, m.q_lora_rank)
+    g.ew("ln1.dx.accumulate", "backward", (dn1, dn1b), (dn1,), tok * h, {"add": 1}, role="accumulate")
+    return dn1
+
+
+def attention_bwd(at: Attn, sv: dict, p: dict[str, Param | None], n1: str, dctx: str) -> str:
+    """Backward from the context's gradient: the gradient of the normed input ``n1``."""
+    net = at.net
+    if net.mla:
+        return _mla_bwd(at, sv, p, n1, dctx)
+    width = (net.heads + 2 * net.kv_heads) * net.d_head
+    dqkv = at.r.g.tensor("attn.dqkv", at.r.n * width)
+    dq, dkk, dvv = _heads(at, dqkv, "attn.d")
+    _core_bwd(at, sv["q"], sv["k"], sv["v"], sv["ctx"], dctx, sv["core"], dq, dkk, dvv)
+    if net.positions == "rope":
+        _rope(at, "attn.rope.bwd", "backward", dq, dkk)
+    return linear_bwd(at.r, "wqkv", n1, dqkv, p["wqkv"], p["wqkv.b"], net.d_model, width)

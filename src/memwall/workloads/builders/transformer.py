@@ -1,0 +1,239 @@
+"""Transformers (GPT, BERT, Llama, DeepSeek): embeddings, blocks, head and loss, declared.
+
+Owns: :func:`declare_transformer`. A block is pre-norm attention then an MLP (dense, or
+mixture of experts), each added to the residual stream (with dropout when the preset
+has it); every block is one checkpointable block and one ``layer``, its kernels tagged
+with the group of identical layers it belongs to. The embedding is a gather of the
+token rows (modelled as the first rows of the table) plus learned positions; the head
+is a product with the vocabulary (tied to the embedding or its own); BERT adds an
+embedding norm and a pooler, which a language-model loss does not train (no update).
+Saved activations of a GPT-style block (materialised attention, dropout, 4h GeLU MLP)
+come out as exactly Korthikanti's 34sbh + 5as^2b bytes in 16-bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import InputError
+from ...networks import Network
+from ..graph import Graph, Param
+from ..ops import SOFTMAX_FWD, plus
+from .attention import Attn, attention, attention_bwd
+from .layers import Rows, ffn, ffn_bwd, linear, linear_bwd, norm, norm_bwd
+from .moe import moe, moe_bwd
+
+
+@dataclass
+class _Model:
+    """The step's shape and its parameters outside the blocks."""
+
+    net: Network
+    batch: int
+    seq: int
+    training: bool
+    optimizer: str
+    targets: str | None = None  # the batch's next tokens (training)
+
+    @property
+    def tok(self) -> int:
+        return self.batch * self.seq
+
+
+def _block_params(g: Graph, md: _Model, kind: str) -> dict[str, Param | None]:
+    net = md.net
+
+    def p(name: str, values: int) -> Param:
+        return g.param(f"L{g.layer}.{name}", values, training=md.training, optimizer=md.optimizer)
+
+    out: dict[str, Param | None] = {"ln1": p("ln1", net.norm_values()), "ln2": p("ln2", net.norm_values())}
+
+    def matrices(mats: list[tuple[str, int, int]]) -> None:
+        for nm, n_in, n_out in mats:
+            out[nm] = p(nm, n_in * n_out)
+            out[nm + ".b"] = p(f"{nm}.b", n_out) if net.linear_bias else None
+
+    matrices(net.attention_matrices())
+    if net.mla:
+        out["q_norm"] = p("q_norm", net.mla.q_lora_rank)
+        out["kv_norm"] = p("kv_norm", net.mla.kv_lora_rank)
+    if kind == "dense":
+        matrices(net.mlp_matrices(net.d_ff))
+    else:
+        m = net.moe
+        assert m is not None
+        per = sum(i * o for _, i, o in net.mlp_matrices(m.expert_d_ff))
+        out["router"] = p("router", m.routed_experts * net.d_model)
+        out["experts"] = p("experts", m.routed_experts * per)
+        out["shared"] = p("shared_experts", max(m.shared_experts, 1) * per) if m.shared_experts else None
+    return out
+
+
+def _mlp(r: Rows, net: Network, kind: str, x: str, p: dict[str, Param | None]) -> tuple[str, dict]:
+    if kind != "dense":
+        return moe(r, net, x, p)
+    mats = net.mlp_matrices(net.d_ff)
+    y, f = ffn(r, "mlp", "forward", x, tuple(p[nm] for nm, _, _ in mats), tuple(p[nm + ".b"] for nm, _, _ in mats),
+               net.d_ff, net.d_model, net.mlp)
+    return y, {"mlp": f}
+
+
+def _residual(r: Rows, net: Network, name: str, y: str, x: str, out: str) -> str | None:
+    """``out = x + dropout(y)``; the dropout mask when there is one."""
+    n = r.n * net.d_model
+    if not net.dropout:
+        r.g.ew(f"{name}.residual", "forward", (y, x), (out,), n, {"add": 1}, role="residual")
+        return None
+    mask = r.g.tensor(f"{name}.out.mask", n, 1)
+    r.g.ew(f"{name}.out.dropout+residual", "forward", (y, x), (mask, out), n, {"mul": 1, "add": 1}, role="residual")
+    return mask
+
+
+def _dropout_bwd(r: Rows, net: Network, name: str, dy: str, mask: str | None) -> str:
+    if mask is None:
+        return dy
+    d = r.g.tensor(f"{name}.out.dropout.d", r.n * net.d_model)
+    r.g.ew(f"{name}.out.dropout.bwd", "backward", (dy, mask), (d,), r.n * net.d_model, {"mul": 1}, role="dropout")
+    return d
+
+
+def _block(g: Graph, md: _Model, kind: str, x: str, p: dict[str, Param | None]) -> tuple[str, dict]:
+    """Forward of one block from its input ``x``: its output and what its backward reads."""
+    net, r = md.net, Rows(g, md.tok)
+    h = net.d_model
+    n1 = norm(r, "ln1", "forward", x, p["ln1"], h, net.norm)
+    at = Attn(net, md.batch, md.seq, r)
+    sv = attention(at, n1, p)
+    o = linear(r, "wo", "forward", sv["ctx"], p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
+    x2 = g.tensor("resid.attn", r.n * h)
+    m1 = _residual(r, net, "attn", o, x, x2)
+    n2 = norm(r, "ln2", "forward", x2, p["ln2"], h, net.norm)
+    y, mlp_sv = _mlp(r, net, kind, n2, p)
+    out = g.tensor("resid.mlp", r.n * h)
+    m2 = _residual(r, net, "mlp", y, x2, out)
+    return out, {**sv, **mlp_sv, "at": at, "x": x, "n1": n1, "x2": x2, "n2": n2, "m1": m1, "m2": m2}
+
+
+def _block_bwd(g: Graph, md: _Model, kind: str, sv: dict, p: dict[str, Param | None], dout: str) -> str:
+    """Backward of one block from its output's gradient: the gradient of its input."""
+    net, r = md.net, Rows(g, md.tok)
+    h = net.d_model
+    # MLP half: the residual passes dout straight to x2's gradient
+    dy = _dropout_bwd(r, net, "mlp", dout, sv["m2"])
+    dn2 = moe_bwd(r, net, sv, p, sv["n2"], dy) if kind != "dense" else ffn_bwd(sv["mlp"], dy, h)
+    dx2 = norm_bwd(r, "ln2", sv["x2"], dn2, p["ln2"], h, net.norm, into=dout, reads_into=True, add=True)
+    # attention half
+    do = _dropout_bwd(r, net, "attn", dx2, sv["m1"])
+    dctx = linear_bwd(r, "wo", sv["ctx"], do, p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
+    dn1 = attention_bwd(sv["at"], sv, p, sv["n1"], dctx)
+    return norm_bwd(r, "ln1", sv["x"], dn1, p["ln1"], h, net.norm, into=dx2, reads_into=True, add=True)
+
+
+def _embed(g: Graph, md: _Model, emb: Param, pos: Param | None, types: Param | None, enorm: Param | None) -> str:
+    net, tok, h, e = md.net, md.tok, md.net.d_model, g.esz
+    ids = g.tensor("tokens", tok, 4, cls="input", whole_step=True)
+    if md.training:
+        md.targets = g.tensor("targets", tok, 4, cls="input", whole_step=True)
+    x = g.tensor("embed.out", tok * h)
+    reads = (ids, g.view(emb.w, "embed.tokens.rows", 0, min(tok, net.vocab) * h * e))
+    if pos is not None:
+        reads += (g.view(pos.w, "embed.positions.rows", 0, md.seq * h * e),)
+    g.ew("embed", "forward", reads, (x,), tok * h, {"add": (1 if pos else 0) + (1 if types else 0)}, role="embedding")
+    if enorm is not None:
+        norm(Rows(g, tok), "embed.norm", "forward", x, enorm, h, net.norm, out=x)
+    return x
+
+
+def _embed_bwd(g: Graph, md: _Model, x: str, dx: str, emb: Param, pos: Param | None, enorm: Param | None) -> None:
+    net, tok, h, e = md.net, md.tok, md.net.d_model, g.esz
+    assert emb.g is not None
+    if enorm is not None:
+        norm_bwd(Rows(g, tok), "embed.norm", x, dx, enorm, h, net.norm, into=dx)
+    # embedding gradient: scatter-add of tok rows into the (dense) table gradient
+    rows = g.view(emb.g, "grad.embed.tokens.rows", 0, min(tok, net.vocab) * h * e)
+    g.ew("embed.bwd", "backward", (dx, rows), (rows,), tok * h, {"add": 1}, role="embedding")
+    if pos is not None:
+        assert pos.g is not None
+        pg = g.view(pos.g, "grad.embed.positions.rows", 0, md.seq * h * e)
+        g.ew("embed.positions.bwd", "backward", (dx,), (pg,), tok * h, {"add": 1}, rows=md.batch, broadcast=(pg,),
+             op="reduction", role="embedding")
+
+
+@dataclass
+class _Outside:
+    """The parameters outside the blocks."""
+
+    emb: Param
+    pos: Param | None
+    types: Param | None
+    enorm: Param | None
+    fnorm: Param | None = None
+    head: Param | None = None
+    pooler: tuple[Param, Param] | None = None
+
+
+def _params(g: Graph, md: _Model) -> tuple[_Outside, list[tuple[str, dict[str, Param | None]]]]:
+    net, h = md.net, md.net.d_model
+
+    def p(name: str, values: int, update: bool = True) -> Param:
+        return g.param(name, values, training=md.training, optimizer=md.optimizer, update=update)
+
+    o = _Outside(p("embed.tokens", net.vocab * h), p("embed.positions", net.max_positions * h) if net.max_positions
+                 else None, p("embed.types", net.token_types * h) if net.token_types else None,
+                 p("embed.norm", net.norm_values()) if net.embedding_norm else None)
+    blocks = []
+    for kind, count in net.layer_kinds():
+        for _ in range(count):
+            with g.at(len(blocks), kind):
+                blocks.append((kind, _block_params(g, md, kind)))
+    o.fnorm = p("final.norm", net.norm_values()) if not net.embedding_norm else None
+    o.head = o.emb if net.tied_embeddings else p("head", net.vocab * h)
+    if net.pooler:  # the pooler gets no gradient from a language-model loss: it is not updated here
+        o.pooler = (p("pooler", h * h, update=False), p("pooler.b", h, update=False))
+    return o, blocks
+
+
+def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
+    """Final norm, the vocabulary product and the pooler: the final norm's output."""
+    net, r, h = md.net, Rows(g, md.tok), md.net.d_model
+    assert o.head is not None
+    nf = norm(r, "final.norm", "forward", xl, o.fnorm, h, net.norm) if o.fnorm else xl
+    logits = g.tensor("logits", md.tok * net.vocab)
+    g.gemm("head.fwd", "forward", nf, o.head.w, logits, md.tok, net.vocab, h, trans=(False, True), role="linear")
+    if o.pooler is not None:  # BERT's pooler reads the first token of each sequence
+        w, b = o.pooler
+        pooled = g.tensor("pooler.out", md.batch * h)
+        g.gemm("pooler.fwd", "forward", g.view(nf, "pooler.in", 0, md.batch * h * g.esz), w.w, pooled, md.batch, h, h,
+               trans=(False, True), role="linear")
+        g.ew("pooler.tanh", "forward", (pooled, b.w), (pooled,), md.batch * h, {"add": 1, "tanh": 1}, rows=md.batch,
+             broadcast=(b.w,), role="activation")
+    if md.training:
+        g.ew("loss.softmax+grad", "backward", (logits, md.targets), (logits,), md.tok * net.vocab,
+             plus(SOFTMAX_FWD, {"add": 1}), rows=md.tok, op="softmax", role="loss")
+        dnf = linear_bwd(r, "head", nf, logits, o.head, None, h, net.vocab)
+        return norm_bwd(r, "final.norm", xl, dnf, o.fnorm, h, net.norm) if o.fnorm else dnf
+    return nf
+
+
+def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str) -> None:
+    """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``."""
+    if seq > (net.max_positions or seq):
+        raise InputError(f"seq_len {seq} exceeds the {net.max_positions} learned positions", field="seq_len")
+    md = _Model(net, batch, seq, training, optimizer)
+    o, blocks = _params(g, md)
+    x0 = x = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
+    saved = []
+    for i, (kind, p) in enumerate(blocks):
+        with g.at(i, kind, i):
+            x, sv = _block(g, md, kind, x, p)
+        g.blocks.append(x)
+        saved.append(sv)
+    dx = _head(g, md, o, x)
+    if not training:
+        return
+    for i in reversed(range(len(blocks))):
+        kind, p = blocks[i]
+        with g.at(i, kind, i):
+            dx = _block_bwd(g, md, kind, saved[i], p, dx)
+    _embed_bwd(g, md, x0, dx, o.emb, o.pos, o.enorm)
+    g.updates(optimizer)

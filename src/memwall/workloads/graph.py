@@ -1,0 +1,201 @@
+"""What a step computes, declared: named tensors and the kernels over them, no addresses.
+
+Owns: :class:`TensorDecl` (a tensor by name: bytes, and its class where the class is
+intrinsic; or a view into a parent at a byte offset), :class:`Op` (a declared kernel:
+phase, operation, FLOPs and operation counts, shape, and the tensors it reads and writes,
+by name), :class:`Param` (a trained tensor with its gradient and optimizer state) and
+:class:`Graph`, the list builders append to. Builders only declare; when each tensor is
+allocated and freed, and the class of every tensor whose class is a matter of lifetime
+(saved activations or workspace), is derived by :mod:`memwall.workloads.liveness`.
+
+An ``Op`` is plain data so that passes over the declared list (checkpointing today;
+fusion, accumulation, sharding later) rewrite it with :func:`dataclasses.replace`. Its
+``role`` names what the kernel is for (``"attention-core"``, ``"bias"``, ``"norm"``,
+``"optimizer"``, ...) so a pass can key on it; ``block`` is the checkpointable unit (a
+layer of a chain or a transformer block; -1 outside them), which for a chain is not the
+``layer`` a kernel reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .config import DTYPE_BYTES, OPTIMIZER_STATES
+from .ops import OPTIMIZER_OPS, flops_of, plus, scale
+
+# what a trained parameter holds; they live the whole step (the batch may too: ``whole_step``)
+PARAMETER_CLASSES = ("weights", "gradients", "optimizer")
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A declared tensor. ``cls`` None: derived from its use. ``parent``: a view into it."""
+
+    id: str  # unique within a graph
+    name: str  # as printed (several tensors may share one, e.g. every layer's "ln1.out")
+    bytes: int
+    cls: str | None = None
+    parent: str | None = None
+    offset: int = 0  # bytes into the parent
+    whole_step: bool = False  # live from the first kernel to the end (parameters, the batch)
+    recompute_name: str | None = None  # how a recomputed copy is printed (the name when None)
+
+
+@dataclass(frozen=True)
+class Op:
+    """A declared kernel: exact FLOPs of one run over tensors named by id."""
+
+    name: str
+    phase: str
+    op: str
+    dtype: str
+    flops: int
+    ops: dict[str, int]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    dims: tuple[int, int, int] | None = None
+    repeat: int = 1
+    batch: int = 1
+    trans: tuple[bool, bool] = (False, False)
+    elements: int = 0
+    broadcast: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    layer: int = -1
+    group: str = ""
+    role: str = ""
+    block: int = -1
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return self.reads + self.writes
+
+
+@dataclass(frozen=True)
+class Param:
+    """A trained tensor: its weights, gradient (training only) and optimizer state, by id."""
+
+    name: str
+    w: str
+    g: str | None
+    state: tuple[str, ...]
+    values: int
+    layer: int
+    group: str
+    update: bool = True  # False: allocated, but no update kernel (no gradient reaches it)
+
+
+class Graph:
+    """The declared step: tensors by id, kernels in program order, the trained parameters.
+
+    ``blocks`` lists, per checkpointable block, the tensor that is its output (the next
+    block's input); ``branched`` says a block reads other than its predecessor's output.
+    """
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+        self.esz = DTYPE_BYTES[dtype]
+        self.tensors: dict[str, TensorDecl] = {}
+        self.ops: list[Op] = []
+        self.params: list[Param] = []
+        self.blocks: list[str] = []
+        self.branched = False
+        self.layer, self.group, self.block = -1, "", -1
+
+    # ---- tensors --------------------------------------------------------------------------
+    def add_tensor(self, decl: TensorDecl) -> str:
+        tid, n = decl.id, 1
+        while tid in self.tensors:
+            n += 1
+            tid = f"{decl.id}#{n}"
+        self.tensors[tid] = replace(decl, id=tid)
+        return tid
+
+    def tensor(self, name: str, elements: int, esz: int | None = None, *, cls: str | None = None,
+               whole_step: bool = False, recompute_name: str | None = None) -> str:
+        nbytes = elements * (self.esz if esz is None else esz)
+        scope = f"{self.block}/" if self.block >= 0 else ""
+        return self.add_tensor(TensorDecl(scope + name, name, nbytes, cls, whole_step=whole_step,
+                                          recompute_name=recompute_name))
+
+    def view(self, parent: str, name: str, offset: int, nbytes: int) -> str:
+        """Part of ``parent``: ``nbytes`` from byte ``offset``; it keeps the parent alive."""
+        return self.add_tensor(TensorDecl(f"{parent}:{name}", name, nbytes, parent=parent, offset=offset))
+
+    def root(self, tid: str) -> tuple[str, int]:
+        """The tensor that owns ``tid``'s memory, and ``tid``'s byte offset into it."""
+        off = 0
+        d = self.tensors[tid]
+        while d.parent is not None:
+            off += d.offset
+            d = self.tensors[d.parent]
+        return d.id, off
+
+    def param(self, name: str, values: int, *, training: bool, optimizer: str, update: bool = True) -> Param:
+        w = self.tensor(name, values, cls="weights", whole_step=True)
+        g = None
+        state: list[str] = []
+        if training:
+            g = self.tensor(f"grad.{name}", values, cls="gradients", whole_step=True)
+            if self.dtype != "fp32":
+                state.append(self.tensor(f"master.{name}", values, 4, cls="optimizer", whole_step=True))
+            for i in range(OPTIMIZER_STATES[optimizer]):
+                state.append(self.tensor(f"{('m', 'v')[i]}.{name}", values, 4, cls="optimizer", whole_step=True))
+        p = Param(name, w, g, tuple(state), values, self.layer, self.group, update)
+        self.params.append(p)
+        return p
+
+    def part(self, p: Param, i: int, offset_values: int, values: int) -> Param:
+        """A consecutive slice of a parameter (one expert, one matrix of a fused tensor)."""
+        off, n = offset_values * self.esz, values * self.esz
+
+        def cut(t: str) -> str:
+            return self.view(t, f"{self.tensors[t].name}[{i}]", off, n)
+
+        return Param(f"{p.name}[{i}]", cut(p.w), cut(p.g) if p.g else None, (), values, p.layer, p.group, False)
+
+    # ---- kernels --------------------------------------------------------------------------
+    @contextmanager
+    def at(self, layer: int = -1, group: str = "", block: int = -1) -> Iterator[None]:
+        """Kernels and tensors declared inside belong to this layer, group and block."""
+        old = self.layer, self.group, self.block
+        self.layer, self.group, self.block = layer, group, block
+        try:
+            yield
+        finally:
+            self.layer, self.group, self.block = old
+
+    def add(self, op: Op) -> Op:
+        op = replace(op, layer=self.layer, group=self.group, block=self.block)
+        self.ops.append(op)
+        return op
+
+    def gemm(self, name: str, phase: str, a: str, b: str, c: str, m: int, n: int, k: int, *,
+             trans: tuple[bool, bool] = (False, False), batch: int = 1, repeat: int = 1, role: str = "") -> None:
+        """``C[M x N] = A[M x K] . B[K x N]``, ``batch`` times: 2.M.N.K FLOPs each."""
+        fma = batch * m * n * k
+        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, 2 * fma, {"fma": fma}, (a, b),
+                    (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, role=role))
+
+    def ew(self, name: str, phase: str, reads: tuple[str, ...], writes: tuple[str, ...], elements: int,
+           per_elem: dict[str, int], *, rows: int = 1, broadcast: tuple[str, ...] = (), op: str = "elementwise",
+           extra: dict[str, int] | None = None, repeat: int = 1, role: str = "") -> None:
+        """An elementwise (or reduction, softmax) kernel: ``per_elem`` operations an element."""
+        ops = plus(scale(per_elem, elements), extra or {})
+        self.add(Op(name, phase, op, self.dtype, flops_of(ops), ops, reads, writes,
+                    (rows, elements // max(rows, 1), 0), repeat=repeat, elements=elements, broadcast=broadcast,
+                    role=role))
+
+    def updates(self, optimizer: str) -> None:
+        """One update kernel per trained parameter, in the order they were declared."""
+        per = OPTIMIZER_OPS[optimizer]
+        for p in self.params:
+            if not p.update or p.g is None:
+                continue
+            with self.at(p.layer, p.group):
+                # mixed precision: the fp32 master is updated and copied back to the 16-bit weights
+                reads = (p.g, *p.state) if self.dtype != "fp32" else (p.w, p.g, *p.state)
+                self.ew(f"update.{p.name}", "update", reads, (p.w, *p.state), p.values, per, op="update",
+                        role="optimizer")
