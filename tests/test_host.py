@@ -73,8 +73,9 @@ def test_chase_visits_every_line_once() -> None:
 
 
 def test_numpy_step_learns() -> None:
-    spec = host.MLPSpec((6, 5, 3), True, "sigmoid", "mse")
-    model = host.NumpyMLP(spec, 8)
+    hc = _host_check()
+    spec = hc.MLPSpec((6, 5, 3), True, "sigmoid", "mse")
+    model = hc.NumpyMLP(spec, 8)
     model.lr = np.float32(0.5)
     model.run(False)
     before = float(np.mean((model.y[-1] - model.target) ** 2))

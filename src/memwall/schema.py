@@ -506,13 +506,11 @@ def _type_doc(f: Field) -> str:
     else:
         text = {"text": "string", "str": "string", "number": "number", "ints": "list of integers",
                 "mapping": "key = \"text\""}.get(f.type, f.type)
-    bounds = [f"≥ {f.minimum:g}" if f.minimum is not None else "", "> 0" if f.above == 0 else "",
-              f"≤ {f.maximum:g}" if f.maximum is not None else ""]
-    extra = ", ".join(b for b in bounds if b)
-    if f.figure:
-        extra = ", ".join(x for x in (extra, "figure" + (" (provenance required)" if f.figure == "required" else ""))
-                          if x)
-    return text + (f" ({extra})" if extra else "")
+    extra = [f"≥ {f.minimum:g}" if f.minimum is not None else "", "> 0" if f.above == 0 else "",
+             f"≤ {f.maximum:g}" if f.maximum is not None else "",
+             {"optional": "figure", "required": "figure, provenance required"}.get(f.figure, "")]
+    shown = ", ".join(x for x in extra if x)
+    return text + (f" ({shown})" if shown else "")
 
 
 def _literal(value: Any) -> str:
@@ -628,13 +626,16 @@ def _dump_table(data: Mapping[str, Any], table: Table, path: str, lines: list[st
     for f in table.fields:
         if f.key not in data:
             continue
-        if f.table is None:
-            lines.append(f"{f.key} = {_toml_value(data[f.key])}")
-        else:
+        if f.type in ("table", "tables", "mapping"):
             nested.append(f)
+        else:
+            lines.append(f"{f.key} = {_toml_value(data[f.key])}")
     for f in nested:
-        assert f.table is not None
         name = _join(path, f.key)
+        if f.type == "mapping":
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in data[f.key].items()]
+            continue
+        assert f.table is not None
         for item in data[f.key] if f.type == "tables" else [data[f.key]]:
             lines += ["", f"[[{name}]]" if f.type == "tables" else f"[{name}]"]
             _dump_table(item, f.table, name, lines)
