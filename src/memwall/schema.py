@@ -529,21 +529,26 @@ def _need_doc(f: Field) -> str:
     return f"default: {f.default_doc}" if f.default_doc else "no"
 
 
-def markdown(table: Table, heading: str = "") -> str:
-    """A Markdown table of ``table``'s fields (and, after it, of each sub-table's)."""
-    out = [heading or f"`{table.title}`", ""] if heading is not None else []
+def markdown(table: Table, heading: str = "", shown: set[str] | None = None) -> str:
+    """A Markdown table of ``table``'s fields and, after it, of each sub-table's; a
+    sub-table already in ``shown`` (rendered earlier in the same document) is referred to."""
+    shown = set() if shown is None else shown
+    shown.add(table.title)
+    out = [heading or f"`{table.title}`", ""]
     if table.doc:
         out += [table.doc, ""]
     out += ["| key | type | required | meaning |", "|---|---|---|---|"]
-    subs: list[Field] = []
+    subs: list[Table] = []
     for f in table.fields:
         doc = f.doc + (f" (default: {f.default_doc})" if f.default_doc and f.when else "")
+        if f.table is not None and f.table.title in shown:
+            doc += f" (`{f.table.title}` as above)"
+        elif f.table is not None:
+            subs.append(f.table)
         out.append(f"| `{f.key}` | {_type_doc(f)} | {_need_doc(f)} | {doc.replace('|', '/')} |")
-        if f.table is not None:
-            subs.append(f)
-    for f in subs:
-        assert f.table is not None
-        out += ["", markdown(f.table, f"`{f.table.title}`")]
+    for sub in subs:
+        if sub.title not in shown:
+            out += ["", markdown(sub, f"`{sub.title}`", shown)]
     return "\n".join(out)
 
 
@@ -561,10 +566,11 @@ def _blocks() -> dict[Path, dict[str, str]]:
     from .profiles import PROFILE
 
     root = era_data_dir()
+    shown: set[str] = set()  # the README shows each table once
     return {
-        root / "README.md": {"machine": markdown(PROFILE, "#### Machine profile"),
-                             "hierarchy": markdown(HIERARCHY, "#### Stand-alone hierarchy file"),
-                             "network": markdown(PRESET, "#### Network preset")},
+        root / "README.md": {"machine": markdown(PROFILE, "#### Machine profile", shown),
+                             "hierarchy": markdown(HIERARCHY, "#### Stand-alone hierarchy file", shown),
+                             "network": markdown(PRESET, "#### Network preset", shown)},
         root / "measurements" / "README.md": {"measurement": markdown(MEASUREMENTS, "")},
     }
 
