@@ -21,18 +21,7 @@ from memwall.vocabulary import OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
 
 FIXTURES = Path(__file__).parent / "data"
 GOOD_PROFILE = (FIXTURES / "profiles" / "good.toml").read_text()
-GOOD_NETWORK = """id = "tiny"
-name = "tiny"
-kind = "mlp"
-year = 1986
-source = "test"
-status = "synthetic"
-
-[mlp]
-layers = [4, 3, 2]
-bias = true
-activation = "sigmoid"
-"""
+GOOD_NETWORK = (FIXTURES / "networks" / "tiny_mlp.toml").read_text()
 GOOD_CONV = """id = "tiny-conv"
 name = "tiny conv"
 kind = "conv"
@@ -67,17 +56,7 @@ size = "1 MiB"
 line = 64
 ways = 16
 """
-GOOD_MEASUREMENT = """[[measurement]]
-id = "g"
-machine = "v100-sxm2"
-gemm = "4096,16,4096"
-dtype = "fp32"
-metric = "flops"
-value = "4.88 TFLOP/s"
-source = "a source, table 1"
-reliability = "high"
-notes = "a note"
-"""
+GOOD_MEASUREMENT = (FIXTURES / "measurements" / "good_gemm.toml").read_text()
 
 
 def _write(tmp_path: Path, text: str, name: str = "case.toml") -> Path:
@@ -89,6 +68,13 @@ def _write(tmp_path: Path, text: str, name: str = "case.toml") -> Path:
 def _line(text: str, start: str, nth: int = 0) -> int:
     """The 1-based line of the nth line that starts with ``start``."""
     return [i for i, x in enumerate(text.splitlines(), 1) if x.startswith(start)][nth]
+
+
+def _assert_placed(e: InputError, path: Path, text: str, field: str, words: str, at: str | None) -> None:
+    """``e`` names ``path``, ``field`` and ``words``, and the line that starts with ``at``."""
+    assert (e.file, e.field) == (str(path), field) and words in e.reason, str(e)
+    if at is not None:
+        assert e.line == _line(text, at)
 
 
 def _edit(text: str, old: str, new: str) -> str:
@@ -243,20 +229,6 @@ NETWORK_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("good", "old", "new", "field", "words", "at"), NETWORK_CASES,
-                         ids=[f"{c[3]}:{c[4]}" for c in NETWORK_CASES])
-def test_network_problem_names_file_line_and_field(tmp_path: Path, good: str, old: str, new: str, field: str,
-                                                   words: str, at: str | None) -> None:
-    text = _edit(good, old, new)
-    path = _write(tmp_path, text)
-    with pytest.raises(InputError) as err:
-        networks.load_network(path)
-    e = err.value
-    assert (e.file, e.field) == (str(path), field) and words in e.reason, str(e)
-    if at is not None:
-        assert e.line == _line(text, at)
-
-
 def test_network_reports_every_problem_at_once(tmp_path: Path) -> None:
     text = GOOD_NETWORK.replace("year = 1986", "year = -1").replace('"sigmoid"', '"softplus"') + "colour = 1\n"
     path = _write(tmp_path, text)
@@ -294,18 +266,19 @@ HIERARCHY_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "field", "words", "at"), HIERARCHY_CASES,
-                         ids=[f"{c[2]}:{c[3]}" for c in HIERARCHY_CASES])
-def test_hierarchy_problem_names_file_line_and_field(tmp_path: Path, old: str, new: str, field: str, words: str,
-                                                     at: str | None) -> None:
-    text = _edit(GOOD_HIERARCHY, old, new)
+LOADERS = {"network": networks.load_network, "hierarchy": levels.load_hierarchy_file}
+RAISING_CASES = [("network", *c) for c in NETWORK_CASES] + [("hierarchy", GOOD_HIERARCHY, *c) for c in HIERARCHY_CASES]
+
+
+@pytest.mark.parametrize(("fmt", "good", "old", "new", "field", "words", "at"), RAISING_CASES,
+                         ids=[f"{c[0]}:{c[4]}:{c[5]}" for c in RAISING_CASES])
+def test_first_problem_names_file_line_and_field(tmp_path: Path, fmt: str, good: str, old: str, new: str,
+                                                  field: str, words: str, at: str | None) -> None:
+    text = _edit(good, old, new)
     path = _write(tmp_path, text)
     with pytest.raises(InputError) as err:
-        levels.load_hierarchy_file(path)
-    e = err.value
-    assert (e.file, e.field) == (str(path), field) and words in e.reason, str(e)
-    if at is not None:
-        assert e.line == _line(text, at)
+        LOADERS[fmt](path)
+    _assert_placed(err.value, path, text, field, words, at)
 
 
 def test_hierarchy_levels_and_every_problem_at_once(tmp_path: Path) -> None:
@@ -337,9 +310,7 @@ def test_measurement_problem_names_file_line_and_field(tmp_path: Path, old: str,
     _, errors = measurements.check_measurement_file(path)
     match = [e for e in errors if e.field == f"measurement[g].{field}" and words in e.reason]
     assert match, [str(e) for e in errors]
-    assert match[0].file == str(path)
-    if at is not None:
-        assert match[0].line == _line(text, at)
+    _assert_placed(match[0], path, text, f"measurement[g].{field}", words, at)
 
 
 def test_measurement_file_reports_every_problem_at_once(tmp_path: Path) -> None:
