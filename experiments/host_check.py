@@ -9,7 +9,7 @@ Cases: per-example NETtalk (the 1986 way: an update after every example); NETtal
 mini-batches; affine stacks of width 1024 at batch 1 … 16384 (fewer layers at large
 batches, so every step stays affordable: per-layer work is what is compared); and stacks
 of width 4096, whose 64 MiB weight matrices overflow the last-level cache. Each step is
-forward, backward and an SGD update in fp32 (memwall.host.NumpyMLP), timed after a
+forward, backward and an SGD update in fp32 (:class:`NumpyMLP`, below), timed after a
 warm-up as the median of several repeats. The prediction is ``run_case`` on the profile
 ``memwall machines detect`` wrote (schedule ``blocked``, which is what OpenBLAS runs);
 nothing in the model is tuned to these timings.
@@ -26,6 +26,8 @@ import csv
 import json
 import math
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +45,138 @@ KNEE_FRACTION = 0.5
 STEP_FLOP_BUDGET = 1.2e10
 
 
+# ---------------------------------------------------------------------------------
+# Real training steps, timed (the measured side of the check)
+
+
+@dataclass(frozen=True)
+class MLPSpec:
+    """The part of a network preset a NumPy MLP step needs."""
+
+    layers: tuple[int, ...]  # units, input first
+    bias: bool
+    activation: str  # sigmoid | tanh | relu | identity
+    loss: str  # mse | none (the output gradient supplied as an input)
+
+
+class NumpyMLP:
+    """Forward, backward and an SGD update of a fully connected net in fp32 NumPy.
+
+    Written the way memwall's step lowers it (``y = x Wᵀ``, bias and activation as one
+    epilogue, ``dX = dZ W``, ``dW = dZᵀ X``, no input gradient for the first layer, then
+    ``W -= lr·dW``), into buffers allocated once, so that the time is the arithmetic and
+    traffic of the step and not the allocator's. Per-example updates run the same step
+    on one example at a time.
+    """
+
+    def __init__(self, spec: MLPSpec, batch: int, seed: int = 0) -> None:
+        if spec.activation not in ("sigmoid", "tanh", "relu", "identity"):
+            raise InputError(f"the NumPy step does not implement activation {spec.activation!r}")
+        rng = np.random.default_rng(seed)
+        f32 = np.float32
+        self.spec, self.batch, self.lr = spec, batch, f32(1e-4)
+        dims = spec.layers
+        self.w = [(rng.standard_normal((o, i)) / np.sqrt(i)).astype(f32) for i, o in zip(dims, dims[1:], strict=False)]
+        self.b = [np.zeros(o, f32) for o in dims[1:]] if spec.bias else []
+        self.gw = [np.zeros_like(w) for w in self.w]
+        self.gb = [np.zeros_like(b) for b in self.b]
+        self.x = rng.random((batch, dims[0]), dtype=f32)
+        self.y = [np.zeros((batch, o), f32) for o in dims[1:]]
+        self.d = [np.zeros((batch, n), f32) for n in dims[1:]]  # gradient w.r.t. each layer's output
+        self.tmp = [np.zeros((batch, o), f32) for o in dims[1:]]
+        self.target = rng.random((batch, dims[-1]), dtype=f32)
+
+    def step(self, rows: slice | None = None) -> None:
+        """One step on the batch (or on ``rows`` of it, for per-example updates)."""
+        s = rows or slice(None)
+        act = self.spec.activation
+        x = self.x[s]
+        nl = len(self.w)
+        for i in range(nl):
+            y = self.y[i][s]
+            np.matmul(x, self.w[i].T, out=y)
+            if self.b:
+                np.add(y, self.b[i], out=y)
+            if act == "sigmoid":
+                np.negative(y, out=y)
+                np.exp(y, out=y)
+                np.add(y, 1.0, out=y)
+                np.reciprocal(y, out=y)
+            elif act == "tanh":
+                np.tanh(y, out=y)
+            elif act == "relu":
+                np.maximum(y, 0.0, out=y)
+            x = y
+        d = self.d[-1][s]
+        if self.spec.loss == "mse":
+            np.subtract(self.y[-1][s], self.target[s], out=d)
+        # loss "none": d (the supplied output gradient) is already in self.d[-1]
+        for i in reversed(range(nl)):
+            d = self.d[i][s]
+            y = self.y[i][s]
+            if act == "sigmoid":  # dz = d * y * (1 - y)
+                t = self.tmp[i][s]
+                np.subtract(1.0, y, out=t)
+                np.multiply(t, y, out=t)
+                np.multiply(d, t, out=d)
+            elif act == "tanh":
+                t = self.tmp[i][s]
+                np.multiply(y, y, out=t)
+                np.subtract(1.0, t, out=t)
+                np.multiply(d, t, out=d)
+            elif act == "relu":
+                np.multiply(d, y > 0, out=d)
+            x_in = self.x[s] if i == 0 else self.y[i - 1][s]
+            if i > 0:
+                np.matmul(d, self.w[i], out=self.d[i - 1][s])
+            # The learning rate goes into dZ (B×n) so the update is one pass over the
+            # weights, as memwall's update kernel models it: w -= g reads w and g, writes w.
+            np.multiply(d, self.lr, out=d)
+            np.matmul(d.T, x_in, out=self.gw[i])
+            if self.b:
+                np.sum(d, axis=0, out=self.gb[i])
+        for params, grads in ((self.w, self.gw), (self.b, self.gb)):
+            for p, g in zip(params, grads, strict=True):
+                np.subtract(p, g, out=p)
+
+    def run(self, per_example: bool) -> None:
+        if per_example:
+            for r in range(self.batch):
+                self.step(slice(r, r + 1))
+        else:
+            self.step()
+
+
+@dataclass(frozen=True)
+class StepTime:
+    median: float  # seconds per step
+    best: float
+    repeats: int
+    warmup: int
+
+
+def time_step(fn: Callable[[], None], min_repeats: int = 3, max_repeats: int = 15, budget: float = 1.0,
+              warmup: int = 1) -> StepTime:
+    """Median seconds of ``fn()`` after ``warmup`` calls; repeats until ``budget`` seconds or
+    ``max_repeats``, at least ``min_repeats``."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < min_repeats or (spent < budget and len(times) < max_repeats):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        spent += dt
+    return StepTime(float(np.median(times)), min(times), len(times), warmup)
+
+
 @dataclass(frozen=True)
 class HostCase:
     series: str  # the line this case belongs to in the figure
     network: str  # preset id or path
-    spec: host.MLPSpec
+    spec: MLPSpec
     batch: int
     updates: str  # per-example | minibatch
 
@@ -70,13 +199,13 @@ def _affine_network(out: Path, depth: int, width: int) -> str:
     return str(path)
 
 
-def _spec_of(network: str) -> host.MLPSpec:
+def _spec_of(network: str) -> MLPSpec:
     from memwall.networks import load_network
 
     net = load_network(network)
     if net.kind != "mlp":
         raise InputError(f"host check runs MLPs only; {network} is {net.kind}")
-    return host.MLPSpec(tuple(net.layers), bool(net.bias), net.activation, net.loss)
+    return MLPSpec(tuple(net.layers), bool(net.bias), net.activation, net.loss)
 
 
 def cases(out: Path, quick: bool) -> list[HostCase]:
@@ -101,10 +230,10 @@ def cases(out: Path, quick: bool) -> list[HostCase]:
     return found
 
 
-def measure(case: HostCase, quick: bool) -> host.StepTime:
-    model = host.NumpyMLP(case.spec, case.batch)
+def measure(case: HostCase, quick: bool) -> StepTime:
+    model = NumpyMLP(case.spec, case.batch)
     per_example = case.updates == "per-example"
-    return host.time_step(lambda: model.run(per_example), min_repeats=3, max_repeats=15 if not quick else 5,
+    return time_step(lambda: model.run(per_example), min_repeats=3, max_repeats=15 if not quick else 5,
                           budget=0.05 if quick else 0.6, warmup=1 if quick else 2)
 
 

@@ -73,8 +73,9 @@ def test_chase_visits_every_line_once() -> None:
 
 
 def test_numpy_step_learns() -> None:
-    spec = host.MLPSpec((6, 5, 3), True, "sigmoid", "mse")
-    model = host.NumpyMLP(spec, 8)
+    hc = _host_check()
+    spec = hc.MLPSpec((6, 5, 3), True, "sigmoid", "mse")
+    model = hc.NumpyMLP(spec, 8)
     model.lr = np.float32(0.5)
     model.run(False)
     before = float(np.mean((model.y[-1] - model.target) ** 2))
@@ -100,3 +101,15 @@ def test_host_check_end_to_end(profile: Path, tmp_path: Path) -> None:
     if result["summary"]["prediction_error"] is None:
         assert all(r["predicted_s"] > 0 for r in rows)
         assert (tmp_path / "host_check.png").is_file() and (tmp_path / "host_check.svg").is_file()
+
+
+def test_every_memwall_package_is_listed_for_the_wheel() -> None:
+    """pyproject lists packages by hand: a new one (memwall.host) left out would be missing
+    from every installed copy while the checkout's tests still pass."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"memwall." + ".".join(p.parent.relative_to(ROOT / "src" / "memwall").parts)
+             for p in (ROOT / "src" / "memwall").rglob("__init__.py")}
+    found = {name.rstrip(".") for name in found}
+    assert found <= listed, sorted(found - listed)

@@ -18,18 +18,7 @@ from memwall.experiments.measurements import (
 
 FIXTURES = Path(__file__).parent / "data" / "measurements"
 
-GOOD_GEMM = """
-[[measurement]]
-id = "g"
-machine = "v100-sxm2"
-gemm = "4096,16,4096"
-dtype = "fp32"
-metric = "flops"
-value = "4.88 TFLOP/s"
-source = "a source, table 1"
-reliability = "high"
-notes = "a note"
-"""
+GOOD_GEMM = (FIXTURES / "good_gemm.toml").read_text()
 
 GOOD_NET = """
 [[measurement]]
@@ -116,6 +105,16 @@ def test_value_refused(raw: object, metric: str) -> None:
     assert err.value.field == "value"
 
 
+def _refused(tmp_path: Path, good: str, edit: tuple[str, str]) -> tuple[Path, InputError]:
+    """The file ``good`` with ``edit`` applied, and the error its loading raises."""
+    old, new = edit
+    assert old in good
+    path = write(tmp_path, good.replace(old, new, 1))
+    with pytest.raises(InputError) as err:
+        load_measurement_file(path)
+    return path, err.value
+
+
 @pytest.mark.parametrize(
     ("edit", "field", "words"),
     [
@@ -139,12 +138,7 @@ def test_value_refused(raw: object, metric: str) -> None:
     ],
 )
 def test_gemm_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], field: str, words: str) -> None:
-    old, new = edit
-    assert old in GOOD_GEMM
-    path = write(tmp_path, GOOD_GEMM.replace(old, new, 1))
-    with pytest.raises(InputError) as err:
-        load_measurement_file(path)
-    e = err.value
+    path, e = _refused(tmp_path, GOOD_GEMM, edit)
     assert e.file == str(path)
     assert e.field is not None and e.field.endswith(field), e.field
     assert e.field.startswith("measurement[")
@@ -170,13 +164,9 @@ def test_gemm_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], fiel
     ],
 )
 def test_network_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], field: str, words: str) -> None:
-    old, new = edit
-    assert old in GOOD_NET
-    path = write(tmp_path, GOOD_NET.replace(old, new, 1))
-    with pytest.raises(InputError) as err:
-        load_measurement_file(path)
-    assert err.value.field is not None and err.value.field.endswith(field), err.value.field
-    assert words in err.value.reason, err.value.reason
+    _, e = _refused(tmp_path, GOOD_NET, edit)
+    assert e.field is not None and e.field.endswith(field), e.field
+    assert words in e.reason, e.reason
 
 
 def test_fixture_syntax_error_names_line() -> None:
@@ -190,7 +180,7 @@ def test_fixture_syntax_error_names_line() -> None:
 @pytest.mark.parametrize(
     ("name", "field", "words"),
     [
-        ("unknown_key.toml", "measurement[typo-in-key].relability", "unknown key(s) relability"),
+        ("unknown_key.toml", "measurement[typo-in-key].relability", "unknown key 'relability'; did you mean"),
         ("bad_enum.toml", "measurement[bad-metric].metric", "unknown value 'tflops'"),
         ("missing_field.toml", "measurement[no-source].source", "missing required field 'source'"),
         ("wrong_type.toml", "measurement[batch-as-string].batch", "must be an integer"),
@@ -203,7 +193,11 @@ def test_fixture_files_refused(name: str, field: str, words: str) -> None:
     assert err.value.file == str(path)
     assert err.value.field == field
     assert words in err.value.reason
-    assert err.value.line == 2  # the line of the id of the offending table
+    # The line of the offending key, or of its table's header where the key is missing.
+    key = field.rpartition(".")[2]
+    lines = path.read_text().splitlines()
+    expected = next((i for i, x in enumerate(lines, 1) if x.startswith(f"{key} =")), 1)
+    assert err.value.line == expected
 
 
 def test_duplicate_ids_across_files_refused() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from memwall.errors import InputError
@@ -66,18 +68,7 @@ def _write(tmp_path, text):
     return p
 
 
-GOOD = """
-id = "tiny"
-name = "tiny"
-kind = "mlp"
-year = 1986
-source = "test"
-status = "synthetic"
-[mlp]
-layers = [4, 3, 2]
-bias = true
-activation = "sigmoid"
-"""
+GOOD = (Path(__file__).parent / "data" / "networks" / "tiny_mlp.toml").read_text()
 
 
 def test_a_file_by_path_loads(tmp_path):

@@ -99,3 +99,13 @@ def test_rates_round_trip(x: float) -> None:
 @pytest.mark.parametrize("t", [137.5e-9, 4e-6, 1.5e-3, 2.0, 5e-12])
 def test_times_round_trip(t: float) -> None:
     assert units.parse_time(units.format_time(t)) == pytest.approx(t, rel=1e-3)
+
+
+@pytest.mark.parametrize("parse,text", [
+    (units.parse_bytes, "1e308 MiB"),
+    (units.parse_bytes, "1e400 B"),
+    (units.parse_frequency, "1e400 Hz"),
+])
+def test_overflow_and_nan_are_refused_not_raised_as_other_errors(parse, text: str) -> None:
+    with pytest.raises(InputError, match="finite|infinity"):
+        parse(text)

@@ -29,18 +29,18 @@ multiply-adds and are left out).
 
 from __future__ import annotations
 
-import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .schema import Field, Problems, Table, read_toml, walk
 
 KINDS = ("mlp", "conv", "transformer", "moe-transformer")
 DTYPES = ("fp32", "bf16")
 STATUSES = ("primary", "secondary", "estimate", "synthetic")
 ACTIVATIONS = ("sigmoid", "tanh", "relu", "identity", "gelu", "swiglu")
-TOP_KEYS = {"id", "name", "kind", "year", "source", "status", "dtype", "notes", "mlp", "conv", "transformer"}
 
 
 @dataclass(frozen=True)
@@ -328,146 +328,181 @@ def _counts(n: Network) -> dict[str, int]:
     return {"parameters": total, "connections": conn, "active": active}
 
 
-# ---- strict loading ----------------------------------------------------------------------
-class _Table:
-    """A TOML table read strictly: every key must be taken, with the right type."""
-
-    def __init__(self, raw: Any, path: str, file: str) -> None:
-        if not isinstance(raw, dict):
-            raise InputError("must be a table", file=file, field=path or None)
-        self.raw, self.path, self.file, self.taken = raw, path, file, set()
-
-    def _field(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def err(self, key: str, reason: str) -> InputError:
-        return InputError(reason, file=self.file, field=self._field(key))
-
-    def get(self, key: str, typ: type | tuple[type, ...], default: Any = ..., *, choices: tuple = ()) -> Any:
-        self.taken.add(key)
-        if key not in self.raw:
-            if default is ...:
-                raise self.err(key, "missing")
-            return default
-        v = self.raw[key]
-        types = typ if isinstance(typ, tuple) else (typ,)
-        if isinstance(v, bool) and bool not in types:
-            raise self.err(key, f"must be {' or '.join(t.__name__ for t in types)}, got a boolean")
-        if not isinstance(v, types):
-            raise self.err(key, f"must be {' or '.join(t.__name__ for t in types)}, got {type(v).__name__}")
-        if choices and v not in choices:
-            raise self.err(key, f"must be one of {', '.join(map(str, choices))}, got {v!r}")
-        return v
-
-    def pos(self, key: str, default: Any = ..., *, zero: bool = False) -> int:
-        v = self.get(key, int, default)
-        if v is not None and (v < 0 or (v == 0 and not zero)):
-            raise self.err(key, f"must be a {'non-negative' if zero else 'positive'} integer, got {v}")
-        return v
-
-    def ints(self, key: str, default: Any = ...) -> tuple[int, ...]:
-        v = self.get(key, list, default)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
-            raise self.err(key, "must be a list of positive integers")
-        return tuple(v)
-
-    def sub(self, key: str, required: bool = True) -> _Table | None:
-        self.taken.add(key)
-        if key not in self.raw:
-            if required:
-                raise self.err(key, "missing table")
-            return None
-        return _Table(self.raw[key], self._field(key), self.file)
-
-    def done(self) -> None:
-        unknown = sorted(set(self.raw) - self.taken)
-        if unknown:
-            raise self.err(unknown[0], f"unknown key (known here: {', '.join(sorted(self.taken))})")
+# ---- the declaration ------------------------------------------------------------------
+def _kebab(value: str, context: dict[str, Any]) -> str:
+    if value != value.lower() or not all(ch.isalnum() or ch == "-" for ch in value):
+        raise InputError(f"must be lowercase kebab-case, got {value!r}")
+    return value
 
 
-def _load_mlp(t: _Table) -> dict[str, Any]:
-    layers = t.ints("layers")
-    if len(layers) < 2:
-        raise t.err("layers", "needs at least an input and an output width")
-    out = {
-        "layers": layers,
-        "bias": t.get("bias", bool),
-        "bias_convention": t.get("bias_convention", str, ""),
-        "activation": t.get("activation", str, choices=("sigmoid", "tanh", "relu", "identity")),
-        "loss": t.get("loss", str, "mse", choices=("mse", "none")),
-    }
-    t.done()
-    return out
+def _stages(value: list[Any], context: dict[str, Any]) -> list[list[int]]:
+    for i, st in enumerate(value):
+        if not (isinstance(st, list) and len(st) == 4 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                               and x > 0 for x in st)):
+            raise InputError("each stage is [blocks, width, out_channels, stride], positive integers", field=f"[{i}]")
+    return value
 
 
+MLP = Table("[mlp]", (
+    Field("layers", "ints", "units per layer, input first (at least an input and an output width)", required=True),
+    Field("bias", "bool", "whether every non-input unit has a bias", required=True),
+    Field("bias_convention", "str", "how the source counts biases", default=""),
+    Field("activation", "word", "the units' activation", required=True, choices=ACTIVATIONS[:4]),
+    Field("loss", "word", "mse, or none when the output gradient is supplied", choices=("mse", "none"), default="mse"),
+), doc="A fully connected net.")
+_CONV = ("type", ("conv",))
+CONV_LAYER = Table("[[conv.layer]]", (
+    Field("type", "word", "a convolution, or a fully connected layer over everything before it", required=True,
+          choices=("conv", "fc")),
+    Field("name", "text", "layer name", default_doc="L1, L2, ..."),
+    Field("out", "int", "output channels (conv) or units (fc)", required=True, minimum=1),
+    Field("bias", "word", "one bias per map (shared), per unit (unshared), or none", choices=("none", "shared",
+          "unshared"), default="shared"),
+    Field("activation", "word", "the units' activation", choices=ACTIVATIONS[:4], default="tanh"),
+    Field("kernel", "int", "square kernel width", required=True, minimum=1, when=_CONV),
+    Field("stride", "int", "stride", minimum=1, default=1, when=_CONV),
+    Field("pad", "int", "zero padding on each side", minimum=0, default=0, when=_CONV),
+    Field("connected", "int", "input channels each output channel sees (LeCun's H2 sees 8 of 12)", minimum=1,
+          when=_CONV, default_doc="all input channels"),
+), doc="One layer of a hand-described convolutional net, in order.")
+RESNET = Table("[conv.resnet]", (
+    Field("stem_channels", "int", "channels of the 7x7/2 stem convolution", required=True, minimum=1),
+    Field("classes", "int", "outputs of the classifier", required=True, minimum=1),
+    Field("stages", "list", "bottleneck stages, each [blocks, width, out_channels, stride]", required=True,
+          parse=_stages),
+), doc="torchvision's ResNet v1.5 bottleneck net, expanded by the loader.")
+CONV = Table("[conv]", (
+    Field("input", "ints", "input shape [channels, height, width]", required=True),
+    Field("layer", "tables", "the layers (or give [conv.resnet])", table=CONV_LAYER),
+    Field("resnet", "table", "a ResNet (or give [[conv.layer]] tables)", table=RESNET),
+), doc="A convolutional net: either `[[conv.layer]]` tables or `[conv.resnet]`.")
+MOE = Table("[transformer.moe]", (
+    Field("routed_experts", "int", "routed experts per MoE layer", required=True, minimum=1),
+    Field("shared_experts", "int", "always-active experts per MoE layer", minimum=0, default=0),
+    Field("active_experts", "int", "routed experts per token (at most routed_experts)", required=True, minimum=1),
+    Field("expert_d_ff", "int", "hidden width of one expert", required=True, minimum=1),
+    Field("dense_layers", "int", "the first layers keep a dense MLP", minimum=0, default=0),
+), doc="Mixture of experts; kind 'moe-transformer' needs it, and only it.")
+MLA = Table("[transformer.mla]", (
+    Field("q_lora_rank", "int", "rank of the query down-projection", required=True, minimum=1),
+    Field("kv_lora_rank", "int", "rank of the key-value down-projection", required=True, minimum=1),
+    Field("qk_nope_head_dim", "int", "per-head query/key width without rotary positions", required=True,
+          minimum=1),
+    Field("qk_rope_head_dim", "int", "per-head query/key width with rotary positions", required=True, minimum=1),
+    Field("v_head_dim", "int", "per-head value width", required=True, minimum=1),
+), doc="DeepSeek's multi-head latent attention (training form: per-head K and V are materialised).")
+TRANSFORMER = Table("[transformer]", (
+    Field("layers", "int", "transformer layers", required=True, minimum=1),
+    Field("d_model", "int", "model width", required=True, minimum=1),
+    Field("heads", "int", "attention heads", required=True, minimum=1),
+    Field("vocab", "int", "vocabulary size", required=True, minimum=1),
+    Field("seq_len", "int", "default sequence length", required=True, minimum=1),
+    Field("d_ff", "int", "hidden width of the dense MLP", required=True, minimum=1),
+    Field("mlp", "word", "the MLP's form", choices=("gelu", "swiglu"), default="gelu"),
+    Field("norm", "word", "the normalisation", choices=("layernorm", "rmsnorm"), default="layernorm"),
+    Field("attention", "word", "materialized (scores kept) or flash (fused, scores recomputed)",
+          choices=("materialized", "flash"), default="materialized"),
+    Field("dropout", "bool", "whether dropout masks are kept", default=False),
+    Field("causal", "bool", "causal attention", default=True),
+    Field("tied_embeddings", "bool", "the LM head shares the embedding matrix", default=False),
+    Field("linear_bias", "bool", "linear layers have biases", default=False),
+    Field("positions", "word", "learned position embeddings or rotary", choices=("learned", "rope"),
+          default="learned", noun="positions"),
+    Field("token_types", "int", "token-type embeddings (BERT)", minimum=0, default=0),
+    Field("embedding_norm", "bool", "a norm after the embeddings (BERT)", default=False),
+    Field("pooler", "bool", "a pooler on the first token (BERT)", default=False),
+    Field("kv_heads", "int", "key-value heads (grouped-query attention); must divide heads", minimum=1,
+          default_doc="heads"),
+    Field("d_head", "int", "width of one head", minimum=1, default_doc="d_model / heads"),
+    Field("max_positions", "int", "rows of the learned position table", minimum=1,
+          when=("positions", ("learned",)), default_doc="seq_len"),
+    Field("moe", "table", "mixture of experts", table=MOE),
+    Field("mla", "table", "multi-head latent attention", table=MLA),
+), doc="A decoder (or encoder) transformer.")
+PRESET = Table("network preset", (
+    Field("id", "text", "lowercase kebab-case; a shipped file is named after it", required=True, parse=_kebab),
+    Field("name", "text", "full name", required=True),
+    Field("kind", "word", "which table describes the shape", required=True, choices=KINDS, noun="kind"),
+    Field("year", "int", "year of publication", required=True, minimum=1940, maximum=2100),
+    Field("source", "str", "where the shape is published", required=True),
+    Field("status", "word", "how far the shape is from its source", required=True, choices=STATUSES),
+    Field("dtype", "word", "the dtype it trains in", choices=DTYPES, default="fp32"),
+    Field("notes", "str", "free text", default=""),
+    Field("mlp", "table", "the shape of an mlp", required=True, table=MLP, when=("kind", ("mlp",))),
+    Field("conv", "table", "the shape of a conv net", required=True, table=CONV, when=("kind", ("conv",))),
+    Field("transformer", "table", "the shape of a transformer", required=True, table=TRANSFORMER,
+          when=("kind", ("transformer", "moe-transformer"))),
+), doc="A network preset: identity, provenance and one table for its kind.")
+
+
+# ---- building ------------------------------------------------------------------------------
 def _conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
 
 
-def _load_conv(t: _Table) -> dict[str, Any]:
-    shape = t.ints("input")
+def _mlp(v: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    if len(v["layers"]) < 2:
+        problems.add("needs at least an input and an output width", "mlp.layers")
+    return {"layers": v["layers"], "bias": v["bias"], "bias_convention": v["bias_convention"],
+            "activation": v["activation"], "loss": v["loss"]}
+
+
+def _conv(v: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    shape = v["input"]
     if len(shape) != 3:
-        raise t.err("input", "must be [channels, height, width]")
+        problems.add("must be [channels, height, width]", "conv.input")
+        return {}
+    if "resnet" in v and v.get("layer"):
+        problems.add("give either [[conv.layer]] tables or [conv.resnet], not both", "conv.layer")
+    elif "resnet" in v:
+        return {"input_shape": shape, "conv_layers": tuple(_expand_resnet(v["resnet"], shape))}
+    elif not v.get("layer"):
+        problems.add("needs [[conv.layer]] tables or [conv.resnet]", "conv.layer")
+    return {"input_shape": shape, "conv_layers": tuple(_conv_layers(v.get("layer", []), shape, problems))}
+
+
+def _conv_layers(tables: Iterable[dict[str, Any]], shape: tuple[int, ...], problems: Problems) -> list[ConvLayer]:
     layers: list[ConvLayer] = []
     c, hgt, wid = shape
-    resnet = t.sub("resnet", required=False)
-    raw_layers = t.get("layer", list, [])
-    if resnet and raw_layers:
-        raise t.err("layer", "give either [[conv.layer]] tables or [conv.resnet], not both")
-    if resnet:
-        layers = _expand_resnet(resnet, shape)
-    else:
-        if not raw_layers:
-            raise t.err("layer", "needs [[conv.layer]] tables or [conv.resnet]")
-        for i, raw in enumerate(raw_layers):
-            lt = _Table(raw, f"{t.path}.layer[{i}]", t.file)
-            typ = lt.get("type", str, choices=("conv", "fc"))
-            name = lt.get("name", str, f"L{i + 1}")
-            out_ch = lt.pos("out")
-            bias = lt.get("bias", str, "shared", choices=("none", "shared", "unshared"))
-            act = lt.get("activation", str, "tanh", choices=ACTIVATIONS[:4])
-            if typ == "conv":
-                k, s, p = lt.pos("kernel"), lt.pos("stride", 1), lt.pos("pad", 0, zero=True)
-                conn = lt.pos("connected", c)
-                if conn > c:
-                    raise lt.err("connected", f"cannot exceed the {c} input channels")
-                oh, ow = _conv_out(hgt, k, s, p), _conv_out(wid, k, s, p)
-                if oh <= 0 or ow <= 0:
-                    raise lt.err("kernel", "leaves no output pixels")
-                layers.append(ConvLayer(name, "conv", c, out_ch, k, s, p, (hgt, wid), (oh, ow), conn, bias, False, act, i - 1))
-                c, hgt, wid = out_ch, oh, ow
-            else:
-                inputs = c * hgt * wid
-                layers.append(ConvLayer(name, "fc", inputs, out_ch, 1, 1, 0, (1, 1), (1, 1), inputs, bias, False, act, i - 1))
-                c, hgt, wid = out_ch, 1, 1
-            lt.done()
-    t.done()
-    return {"input_shape": shape, "conv_layers": tuple(layers)}
+    for i, lt in enumerate(tables):
+        where = f"conv.layer[{i}]"
+        name, bias, act = lt.get("name", f"L{i + 1}"), lt["bias"], lt["activation"]
+        if lt["type"] == "fc":
+            inputs = c * hgt * wid
+            layers.append(ConvLayer(name, "fc", inputs, lt["out"], 1, 1, 0, (1, 1), (1, 1), inputs, bias, False, act,
+                                    i - 1))
+            c, hgt, wid = lt["out"], 1, 1
+            continue
+        k, s, p, conn = lt["kernel"], lt["stride"], lt["pad"], lt.get("connected", c)
+        oh, ow = _conv_out(hgt, k, s, p), _conv_out(wid, k, s, p)
+        if conn > c:
+            problems.add(f"cannot exceed the {c} input channels", f"{where}.connected")
+        if oh <= 0 or ow <= 0:
+            problems.add("leaves no output pixels", f"{where}.kernel")
+            return layers
+        layers.append(ConvLayer(name, "conv", c, lt["out"], k, s, p, (hgt, wid), (oh, ow), conn, bias, False, act,
+                                i - 1))
+        c, hgt, wid = lt["out"], oh, ow
+    return layers
 
 
-def _expand_resnet(t: _Table, shape: tuple[int, ...]) -> list[ConvLayer]:
+def _expand_resnet(t: dict[str, Any], shape: tuple[int, ...]) -> list[ConvLayer]:
     """torchvision's ResNet v1.5 bottleneck net: stride on the 3x3 conv, projection shortcuts."""
-    stem = t.pos("stem_channels")
-    classes = t.pos("classes")
-    stages = t.get("stages", list)
-    t.done()
-    c, hw = shape[0], shape[1]
     out: list[ConvLayer] = []
 
     def conv(name: str, cin: int, cout: int, k: int, s: int, hw_in: int, src: int, act: str = "relu",
              residual: int | None = None) -> int:
         p = k // 2
         ho = _conv_out(hw_in, k, s, p)
-        out.append(ConvLayer(name, "conv", cin, cout, k, s, p, (hw_in, hw_in), (ho, ho), cin, "none", True, act, src, residual))
+        out.append(ConvLayer(name, "conv", cin, cout, k, s, p, (hw_in, hw_in), (ho, ho), cin, "none", True, act, src,
+                             residual))
         return ho
 
-    hw = conv("conv1", c, stem, 7, 2, hw, -1)
+    stem = t["stem_channels"]
+    hw = conv("conv1", shape[0], stem, 7, 2, shape[1], -1)
     hw = _conv_out(hw, 3, 2, 1)  # the 3x3/2 max-pool: the step inserts it where sizes change
     c = stem
-    for si, st in enumerate(stages):
-        if not (isinstance(st, list) and len(st) == 4 and all(isinstance(x, int) for x in st)):
-            raise InputError("each stage is [blocks, width, out_channels, stride]", file=t.file, field=f"{t.path}.stages[{si}]")
-        blocks, width, cout, stride = st
+    for si, (blocks, width, cout, stride) in enumerate(t["stages"]):
         for b in range(blocks):
             s = stride if b == 0 else 1
             block_in = len(out) - 1
@@ -481,56 +516,60 @@ def _expand_resnet(t: _Table, shape: tuple[int, ...]) -> list[ConvLayer]:
                 conv(f"{nm}.conv3", width, cout, 1, 1, h2, len(out) - 1, act="relu", residual=block_in)
             c, hw = cout, h2
     # global average pool folded into the classifier's input (2048 x 1 x 1)
-    out.append(ConvLayer("fc", "fc", c, classes, 1, 1, 0, (1, 1), (1, 1), c, "shared", False, "identity", len(out) - 1))
+    out.append(ConvLayer("fc", "fc", c, t["classes"], 1, 1, 0, (1, 1), (1, 1), c, "shared", False, "identity",
+                         len(out) - 1))
     return out
 
 
-def _load_transformer(t: _Table, kind: str) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "n_layers": t.pos("layers"),
-        "d_model": t.pos("d_model"),
-        "heads": t.pos("heads"),
-        "vocab": t.pos("vocab"),
-        "seq_len": t.pos("seq_len"),
-        "d_ff": t.pos("d_ff"),
-        "mlp": t.get("mlp", str, "gelu", choices=("gelu", "swiglu")),
-        "norm": t.get("norm", str, "layernorm", choices=("layernorm", "rmsnorm")),
-        "attention": t.get("attention", str, "materialized", choices=("materialized", "flash")),
-        "dropout": t.get("dropout", bool, False),
-        "causal": t.get("causal", bool, True),
-        "tied_embeddings": t.get("tied_embeddings", bool, False),
-        "linear_bias": t.get("linear_bias", bool, False),
-        "positions": t.get("positions", str, "learned", choices=("learned", "rope")),
-        "token_types": t.pos("token_types", 0, zero=True),
-        "embedding_norm": t.get("embedding_norm", bool, False),
-        "pooler": t.get("pooler", bool, False),
-    }
-    d["kv_heads"] = t.pos("kv_heads", d["heads"])
-    d["d_head"] = t.pos("d_head", d["d_model"] // d["heads"])
-    if d["heads"] % d["kv_heads"]:
-        raise t.err("kv_heads", f"must divide heads ({d['heads']})")
-    d["max_positions"] = t.pos("max_positions", d["seq_len"]) if d["positions"] == "learned" else 0
-    if d["positions"] == "rope" and "max_positions" in t.raw:
-        raise t.err("max_positions", "only learned position embeddings have a table")
-    moe = t.sub("moe", required=False)
-    if moe:
-        spec = MoESpec(moe.pos("routed_experts"), moe.pos("shared_experts", 0, zero=True), moe.pos("active_experts"),
-                       moe.pos("expert_d_ff"), moe.pos("dense_layers", 0, zero=True))
-        moe.done()
-        if spec.active_experts > spec.routed_experts:
-            raise moe.err("active_experts", "cannot exceed routed_experts")
-        if spec.dense_layers > d["n_layers"]:
-            raise moe.err("dense_layers", "cannot exceed the layer count")
-        d["moe"] = spec
-    if (kind == "moe-transformer") != bool(moe):
-        raise t.err("moe", "kind 'moe-transformer' needs a [transformer.moe] table, and only it")
-    mla = t.sub("mla", required=False)
-    if mla:
-        d["mla"] = MLASpec(mla.pos("q_lora_rank"), mla.pos("kv_lora_rank"), mla.pos("qk_nope_head_dim"),
-                           mla.pos("qk_rope_head_dim"), mla.pos("v_head_dim"))
-        mla.done()
-    t.done()
+def _transformer(v: dict[str, Any], kind: str, problems: Problems) -> dict[str, Any]:
+    d = {("n_layers" if k == "layers" else k): x for k, x in v.items() if k not in ("moe", "mla")}
+    d["kv_heads"] = v.get("kv_heads", v["heads"])
+    d["d_head"] = v.get("d_head", v["d_model"] // v["heads"])
+    d["max_positions"] = v.get("max_positions", v["seq_len"]) if v["positions"] == "learned" else 0
+    if v["heads"] % d["kv_heads"]:
+        problems.add(f"must divide heads ({v['heads']})", "transformer.kv_heads")
+    if (kind == "moe-transformer") != ("moe" in v):
+        problems.add("kind 'moe-transformer' needs a [transformer.moe] table, and only it", "transformer.moe")
+    if "moe" in v:
+        d["moe"] = MoESpec(**v["moe"])
+        if d["moe"].active_experts > d["moe"].routed_experts:
+            problems.add("cannot exceed routed_experts", "transformer.moe.active_experts")
+        if d["moe"].dense_layers > v["layers"]:
+            problems.add("cannot exceed the layer count", "transformer.moe.dense_layers")
+    if "mla" in v:
+        d["mla"] = MLASpec(**v["mla"])
     return d
+
+
+def _shape(values: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """The Network fields of the kind's table, with the checks that span its fields."""
+    kind = values["kind"]
+    if kind == "mlp":
+        return _mlp(values["mlp"], problems)
+    if kind == "conv":
+        return _conv(values["conv"], problems)
+    return _transformer(values["transformer"], kind, problems)
+
+
+def check_network_file(path: str | Path) -> tuple[Network | None, list[InputError]]:
+    """A preset file: the network (None if invalid) and every problem in it."""
+    path = Path(path)
+    file = str(path)
+    try:
+        raw, text = read_toml(path)
+    except InputError as err:
+        return None, [err]
+    problems = Problems(file, text)
+    values = walk(raw, PRESET, problems)
+    if (values.get("id") and path.parent.name == "networks" and path.stem != values["id"]
+            and path.resolve().is_relative_to(_shipped_dir().resolve())):
+        problems.add(f"must match the file name {path.stem!r}", "id")
+    # The shape's own checks read the checked values: they run once those are all valid.
+    shape = _shape(values, problems) if not problems.errors else {}
+    if problems.errors:
+        return None, problems.errors
+    top = {k: values[k] for k in ("id", "name", "kind", "year", "source", "status", "dtype", "notes")}
+    return Network(**top, file=file, **shape), []
 
 
 def load_network(id_or_path: str | Path) -> Network:
@@ -543,44 +582,17 @@ def load_network(id_or_path: str | Path) -> Network:
         if str(id_or_path) not in found:
             raise InputError(f"unknown network {str(id_or_path)!r}; known: {', '.join(sorted(found))}")
         path = found[str(id_or_path)]
-    file = str(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"not valid TOML: {err}", file=file) from None
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", file=file) from None
-    t = _Table(raw, "", file)
-    kind = t.get("kind", str, choices=KINDS)
-    d: dict[str, Any] = {
-        "id": t.get("id", str),
-        "name": t.get("name", str),
-        "kind": kind,
-        "year": t.pos("year"),
-        "source": t.get("source", str),
-        "status": t.get("status", str, choices=STATUSES),
-        "dtype": t.get("dtype", str, "fp32", choices=DTYPES),
-        "notes": t.get("notes", str, ""),
-        "file": file,
-    }
-    if not d["id"] or d["id"] != d["id"].lower() or not all(ch.isalnum() or ch == "-" for ch in d["id"]):
-        raise t.err("id", f"must be lowercase kebab-case, got {d['id']!r}")
-    if path.parent.name == "networks" and path.stem != d["id"] and Path(file).is_relative_to(_shipped_dir()):
-        raise t.err("id", f"must match the file name {path.stem!r}")
-    section = {"mlp": "mlp", "conv": "conv"}.get(kind, "transformer")
-    for other in ("mlp", "conv", "transformer"):
-        if other != section and other in raw:
-            raise t.err(other, f"a {kind} network has no [{other}] table")
-    sub = t.sub(section)
-    assert sub is not None
-    if kind == "mlp":
-        d.update(_load_mlp(sub))
-    elif kind == "conv":
-        d.update(_load_conv(sub))
-    else:
-        d.update(_load_transformer(sub, kind))
-    t.done()
-    return Network(**d)
+    network, errors = check_network_file(path)
+    problems = Problems()
+    problems.errors = errors
+    problems.raise_first("; run 'memwall networks validate'")
+    assert network is not None
+    return network
+
+
+def validate_paths(paths: Iterable[str | Path]) -> list[InputError]:
+    """Every problem of every preset file, in file order (an empty list: all valid)."""
+    return [err for path in paths for err in check_network_file(path)[1]]
 
 
 def _shipped_dir() -> Path:
@@ -608,8 +620,11 @@ __all__ = [
     "MLASpec",
     "MoESpec",
     "Network",
+    "PRESET",
     "all_networks",
     "ceil_div",
+    "check_network_file",
     "load_network",
     "network_ids",
+    "validate_paths",
 ]

@@ -1,27 +1,30 @@
 """Machine profiles: loading, checking and inheriting the TOML files of era_data/machines.
 
 Owns: :class:`Machine` and its parts (:class:`MainMemory`, :class:`TimingSpec`,
-:class:`ScheduleSpec`), the schema of a profile (:data:`SCHEMA`, one table that the
-loader, ``memwall machines validate`` and the docs all read), the strict loader with
-inheritance (``base = "h100-sxm"``), and the catalogue of shipped machines.
+:class:`ScheduleSpec`), the declaration of a profile's fields (:data:`PROFILE`, read by
+the loader, ``memwall machines validate`` and the generated docs), the loader with
+inheritance (``base = "h100-sxm"``), the plausibility warnings, and the catalogue of
+shipped machines.
 
-A profile is refused, with file, field and reason, for anything the loader does not
-understand: unknown or misspelled keys, wrong types or units, a figure without its
-provenance, a level whose size is not sets x ways x line, an unknown policy, timing
-model or schedule family, a missing base or a cycle of bases. :func:`validate_paths`
-reports every problem of every file, not only the first.
+A profile is refused, with file, line, field and reason, for anything the loader does
+not understand: unknown or misspelled keys, wrong types or units, numbers that are not
+finite or out of range, a figure without its provenance, a level whose size is not sets
+x ways x line, an unknown policy, timing model or schedule family, a missing base or a
+cycle of bases. :func:`validate_paths` reports every problem of every file, not only
+the first; :func:`check_file` adds the warnings (figures that are legal but implausible).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .levels import STATUSES, Figure, LevelSpec, load_toml, parse_levels, split_figure
+from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
+from .schema import Field, Problems, Table, read_toml, walk
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
 
 FORMAT_VERSION = 1
@@ -45,94 +48,190 @@ MODELS_FOR_KIND = {
     "wafer": ("throughput",),
     "array": ("throughput",),
 }
-
-# The schema, section by section: key -> (what it means, with its unit). The loader
-# refuses keys not listed here; the template and era_data/README.md document the same
-# keys (a test checks that they do).
-SCHEMA: dict[str, dict[str, str]] = {
-    "": {
-        "format_version": f"integer, the profile format this file is written in (now {FORMAT_VERSION})",
-        "base": "optional: id of a shipped profile, or a path to a .toml file, that this file extends",
-        "id": "lowercase kebab-case identifier, unique in the catalogue (the file name without .toml)",
-        "name": "full name of the machine",
-        "vendor": "maker",
-        "year": "year of first delivery (integer)",
-        "kind": "one of " + ", ".join(KINDS),
-        "clock": "clock the cycle counts refer to, e.g. '80 MHz' (a figure)",
-        "primary_dtype": "dtype the machine's era trained in (default: fp64 on vector machines, "
-        "bf16 on accelerators that have it, else fp32)",
-        "notes": "free text: what SKU is modelled, what is simplified",
-        "compute": "table: peak dense FLOP/s per dtype",
-        "issue_costs": "table: time per operation of a scalar machine",
-        "level": "array of tables, first (nearest the core) first: registers, scratchpads, caches",
-        "memory": "table: main memory",
-        "timing": "table: timing model and its parameters",
-        "schedule": "table: schedule family and its parameters",
-        "sources": "table: key -> full citation or URL; a figure's source may name a key",
-    },
-    "compute": {
-        dtype: f"peak dense {dtype} rate, e.g. '19.5 TFLOP/s' or '2 FLOP/cycle' (a figure)" for dtype in DTYPES
-    },
-    "issue_costs": {
-        "fadd": "time of one floating add, e.g. '6 cycles' or '4.2 us' (a figure)",
-        "fmul": "time of one floating multiply (a figure)",
-        "fdiv": "time of one floating divide (a figure)",
-        "exp": "time of one exponential (library call) (a figure)",
-        "load": "time of one load that hits the first level (a figure)",
-        "store": "time of one store (a figure)",
-        "loop": "loop overhead per inner iteration: index, compare, branch (a figure)",
-    },
-    "memory": {
-        "capacity": "main-memory capacity, e.g. '80 GiB' (a figure)",
-        "latency": "load-to-use latency of a main-memory access, e.g. '11 cycles' or '90 ns' (a figure)",
-        "bandwidth": "peak main-memory bandwidth, e.g. '3.35 TB/s' or '8 B/cycle' (a figure)",
-        "note": "free text",
-    },
-    "timing": {
-        "model": "one of " + ", ".join(TIMING_MODELS),
-        "vector_length": "vector: elements per vector register (a figure)",
-        "memory_ports": "vector: words per clock between memory and vector registers (a figure)",
-        "word_bytes": "vector: bytes per word",
-        "startup": "vector: start-up cycles per vector instruction, e.g. 7 or '7 cycles' (a figure)",
-        "chaining": "vector: true if a dependent vector instruction may start on partial results",
-        "overlap": "overlapped: 'sum' or 'max' of the inter-level transfer times",
-        "mlp": "overlapped: misses in flight to memory per core (a figure)",
-        "cores": "overlapped: cores the peak counts, whose misses are in flight together (integer)",
-        "launch_overhead": "throughput: seconds per kernel launch, e.g. '4 us' (a figure)",
-        "note": "free text",
-    },
-    "schedule": {
-        "family": "one of " + ", ".join(SCHEDULE_FAMILIES),
-        "vector_length": "vector: strip length in elements",
-        "vector_registers": "vector: vector registers available (0 for memory-to-memory machines)",
-        "micro_tile": "blocked: register micro-tile [mr, nr] in elements",
-        "kc": "blocked: depth of the L1 panel in elements",
-        "mc": "blocked: rows of the L2 block in elements",
-        "nc": "blocked: columns of the L3 block in elements",
-        "tile_m": "tiled: rows of a tile in elements",
-        "tile_n": "tiled: columns of a tile in elements",
-        "tile_k": "tiled: depth of a tile in elements",
-        "units": "tiled: SMs / TensorCores / cores running tiles concurrently",
-        "staging": "tiled: name of the software-managed level tiles are staged in",
-        "note": "free text",
-    },
-}
-
-# Parameters each timing model and schedule family needs, and what type each is.
-TIMING_PARAMS: dict[str, tuple[str, ...]] = {
-    "in_order": (),
-    "vector": ("vector_length", "memory_ports", "word_bytes", "startup", "chaining"),
-    "overlapped": ("overlap", "mlp", "cores"),
-    "throughput": ("launch_overhead",),
-}
-SCHEDULE_PARAMS: dict[str, tuple[str, ...]] = {
-    "scalar": (),
-    "vector": ("vector_length", "vector_registers"),
-    "blocked": ("micro_tile", "kc", "mc", "nc"),
-    "tiled": ("tile_m", "tile_n", "tile_k", "units", "staging"),
-}
 # Order of trust, strongest first: a machine's summary status is its weakest headline figure.
 STATUS_ORDER = ("verified", "measured", "secondary", "announced", "estimate")
+# Figures outside these are legal but almost surely a unit slip: warned about, not refused.
+PLAUSIBLE = {"clock": (1e5, 1e10), "bandwidth": (1e3, 1e17), "latency": (1e-11, 1e-3)}
+
+
+# ---- unit parsers: (value, context) -> SI; per-cycle forms use the clock read first ------
+def _frequency(value: Any, context: dict[str, Any]) -> float:
+    return parse_frequency(value)
+
+
+def _flop_rate(value: Any, context: dict[str, Any]) -> float:
+    return parse_flop_rate(value, clock_hz=context.get("clock_hz"))
+
+
+def _op_time(value: Any, context: dict[str, Any]) -> float:
+    return parse_time(value, clock_hz=context.get("clock_hz"), allow_zero=False)
+
+
+def _time(value: Any, context: dict[str, Any]) -> float:
+    return parse_time(value, clock_hz=context.get("clock_hz"))
+
+
+def _bytes(value: Any, context: dict[str, Any]) -> int:
+    return parse_bytes(value)
+
+
+def _byte_rate(value: Any, context: dict[str, Any]) -> float:
+    return parse_byte_rate(value, clock_hz=context.get("clock_hz"))
+
+
+def _cycles(value: Any, context: dict[str, Any]) -> float:
+    """Start-up in cycles: a number of cycles, '7 cycles', or a time converted with the clock."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise InputError(f"startup must be non-negative, got {value!r}")
+        return float(value)
+    clock = context.get("clock_hz")
+    seconds = parse_time(value, clock_hz=clock)
+    if clock is None:
+        raise InputError("startup as a time needs the machine's clock")
+    return seconds * clock
+
+
+def _kebab(value: str, context: dict[str, Any]) -> str:
+    if (value != value.lower() or not all(c.isalnum() or c == "-" for c in value) or value.startswith("-")
+            or value.endswith("-") or "--" in value):
+        raise InputError(f"id {value!r} must be lowercase kebab-case (letters, digits, single hyphens)")
+    return value
+
+
+def _format_version(value: int, context: dict[str, Any]) -> int:
+    if value != FORMAT_VERSION:
+        changes = "; ".join(f"{v}: {c}" for v, c in sorted(FORMAT_CHANGES.items()))
+        raise InputError(f"format_version {value!r} is not understood; this memwall reads {FORMAT_VERSION} "
+                         f"(changes: {changes})")
+    return value
+
+
+def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:
+    if len(value) != 2:
+        raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {list(value)!r}")
+    return list(value)
+
+
+# ---- the declaration ------------------------------------------------------------------
+_RATE = "rate (`'19.5 TFLOP/s'`, `'2 FLOP/cycle'`)"
+_OP = "time (`'6 cycles'`, `'4.2 us'`)"
+_VECTOR, _OVERLAPPED, _THROUGHPUT = ("model", ("vector",)), ("model", ("overlapped",)), ("model", ("throughput",))
+
+COMPUTE = Table("[compute]", tuple(
+    Field(dtype, "any", f"peak dense {dtype} FLOP/s", parse=_flop_rate, unit=_RATE, figure="required")
+    for dtype in DTYPES
+), doc="Peak dense FLOP/s per dtype, at least one. No sparsity. Where a matrix unit and a vector unit "
+       "both exist, the higher dense rate for the dtype (say which in a note).")
+
+ISSUE_COSTS = Table("[issue_costs]", (
+    Field("fadd", "any", "one floating add", parse=_op_time, unit=_OP, figure="required"),
+    Field("fmul", "any", "one floating multiply", parse=_op_time, unit=_OP, figure="required"),
+    Field("fdiv", "any", "one floating divide", parse=_op_time, unit=_OP, figure="required"),
+    Field("exp", "any", "one exponential (library call)", parse=_op_time, unit=_OP, figure="required"),
+    Field("load", "any", "one load that hits the first level", parse=_op_time, unit=_OP, figure="required"),
+    Field("store", "any", "one store", parse=_op_time, unit=_OP, figure="required"),
+    Field("loop", "any", "loop overhead per inner iteration: index, compare, branch", parse=_op_time, unit=_OP,
+          figure="required"),
+), doc="Time per operation of a scalar machine, stored in seconds; `fadd` and `fmul` are required for "
+       "`kind = \"scalar\"`.")
+
+MEMORY = Table("[memory]", (
+    Field("capacity", "any", "main-memory capacity", required=True, parse=_bytes, unit="size (`'80 GiB'`)",
+          figure="required"),
+    Field("latency", "any", "load-to-use latency of a main-memory access", required=True, parse=_op_time,
+          unit="time (`'11 cycles'`, `'90 ns'`)", figure="required"),
+    Field("bandwidth", "any", "peak main-memory bandwidth", required=True, parse=_byte_rate,
+          unit="rate (`'3.35 TB/s'`, `'8 B/cycle'`)", figure="required"),
+    Field("note", "str", "free text"),
+), doc="Main memory as the cores see it.")
+
+TIMING = Table("[timing]", (
+    Field("model", "word", "the timing model. Models allowed per kind: scalar in_order; vector vector; "
+          "superscalar overlapped or in_order; gpu/tpu/wafer/array throughput", required=True,
+          choices=TIMING_MODELS, noun="timing model"),
+    Field("vector_length", "int", "elements per vector register", required=True, minimum=1, figure="required",
+          when=_VECTOR),
+    Field("memory_ports", "number", "words per clock between memory and vector registers (Cray-1 1, X-MP 3)",
+          required=True, above=0, figure="required", when=_VECTOR),
+    Field("word_bytes", "int", "bytes per word", required=True, minimum=1, figure="optional", when=_VECTOR),
+    Field("startup", "any", "start-up cycles per vector instruction", required=True, parse=_cycles,
+          unit="cycles (`7`, `'7 cycles'`) or a time", figure="required", when=_VECTOR),
+    Field("chaining", "bool", "true if a dependent vector instruction may start on partial results",
+          required=True, figure="optional", when=_VECTOR),
+    Field("overlap", "word", "how the inter-level transfer times combine", required=True, choices=("sum", "max"),
+          noun="overlap", figure="optional", when=_OVERLAPPED),
+    Field("mlp", "number", "misses in flight to memory per core", required=True, above=0, figure="required",
+          when=_OVERLAPPED),
+    Field("cores", "int", "cores the peak counts, whose misses are in flight together (a level serves at most "
+          "mlp x cores fetches per latency)", required=True, minimum=1, figure="optional", when=_OVERLAPPED),
+    Field("launch_overhead", "any", "time per kernel launch", required=True, parse=_time,
+          unit="time (`'4 us'`)", figure="required", when=_THROUGHPUT),
+    Field("note", "str", "free text"),
+), doc="The timing model and its parameters (each applies to one model).")
+
+_BLOCKED, _TILED = ("family", ("blocked",)), ("family", ("tiled",))
+SCHEDULE = Table("[schedule]", (
+    Field("family", "word", "how kernels are lowered to loops", required=True, choices=SCHEDULE_FAMILIES,
+          noun="schedule family"),
+    Field("vector_length", "int", "strip length in elements", required=True, minimum=1, figure="optional",
+          when=("family", ("vector",))),
+    Field("vector_registers", "int", "vector registers available (0 for memory-to-memory machines)",
+          required=True, minimum=0, figure="optional", when=("family", ("vector",))),
+    Field("micro_tile", "ints", "register micro-tile `[mr, nr]` in elements", required=True, parse=_pair,
+          figure="optional", when=_BLOCKED),
+    Field("kc", "int", "depth of the L1 panel in elements", required=True, minimum=1, figure="optional",
+          when=_BLOCKED),
+    Field("mc", "int", "rows of the L2 block in elements", required=True, minimum=1, figure="optional",
+          when=_BLOCKED),
+    Field("nc", "int", "columns of the L3 block in elements", required=True, minimum=1, figure="optional",
+          when=_BLOCKED),
+    Field("tile_m", "int", "rows of a tile in elements", required=True, minimum=1, figure="optional", when=_TILED),
+    Field("tile_n", "int", "columns of a tile in elements", required=True, minimum=1, figure="optional",
+          when=_TILED),
+    Field("tile_k", "int", "depth of a tile in elements", required=True, minimum=1, figure="optional", when=_TILED),
+    Field("units", "int", "SMs / TensorCores / cores / FPAs running tiles concurrently", required=True, minimum=1,
+          figure="optional", when=_TILED),
+    Field("staging", "text", "name of the software-managed level tiles are staged in", required=True,
+          figure="optional", when=_TILED),
+    Field("note", "str", "free text"),
+), doc="The schedule family and its parameters: modelling choices, provenance optional.")
+
+PROFILE = Table("machine profile", (
+    Field("format_version", "int", f"the profile format this file is written in (write format_version = "
+          f"{FORMAT_VERSION}); another version is refused with the list of changes", required=True,
+          parse=_format_version),
+    Field("base", "text", "id of a shipped profile (or a sibling file's id, or a path to a `.toml`) this file "
+          "extends. Tables merge key by key; `[[level]]` replaces the whole list; `id`, `name` and `notes` are "
+          "never inherited. A missing base or a cycle of bases is refused"),
+    Field("id", "text", "lowercase kebab-case, unique; the file name without `.toml`", required=True, parse=_kebab),
+    Field("name", "text", "full name of the machine", required=True),
+    Field("vendor", "text", "maker", required=True),
+    Field("year", "int", "year of first delivery", required=True, minimum=1940, maximum=2100, figure="optional"),
+    Field("kind", "word", "the kind of machine; it decides which timing models fit", required=True,
+          choices=KINDS, noun="kind"),
+    Field("clock", "any", "the clock cycle counts refer to", required=True, parse=_frequency,
+          unit="frequency (`'80 MHz'`)", figure="required", sets="clock_hz"),
+    Field("primary_dtype", "word", "the dtype the machine's era trained in; `balance()` uses it", choices=DTYPES,
+          noun="primary_dtype", default_doc="fp64 (vector), bf16 (gpu/tpu/wafer that have it), else fp32"),
+    Field("notes", "str", "free text: which SKU is modelled, what is simplified"),
+    Field("compute", "table", "peak dense FLOP/s per dtype", required=True, table=COMPUTE),
+    Field("issue_costs", "table", "time per operation of a scalar machine", table=ISSUE_COSTS),
+    Field("level", "tables", "registers, scratchpads, caches, first (nearest the core) first; may be absent for "
+          "cacheless machines", table=LEVEL),
+    Field("memory", "table", "main memory", required=True, table=MEMORY),
+    Field("timing", "table", "timing model and its parameters", required=True, table=TIMING),
+    Field("schedule", "table", "schedule family and its parameters", required=True, table=SCHEDULE),
+    Field("sources", "mapping", "key -> full citation or URL; a figure's source that looks like a key (no "
+          "spaces) must be one"),
+), doc="Every figure (marked *figure*) may be written `{ value = ..., source = ..., status = ..., derivation "
+       "= ..., note = ... }`; those marked *provenance required* must be.")
+
+# Section -> key -> meaning, as the template test and older callers read it.
+SCHEMA: dict[str, dict[str, str]] = {
+    "": {f.key: f.doc for f in PROFILE.fields},
+    **{f.key: {g.key: g.doc for g in f.table.fields} for f in PROFILE.fields if f.type == "table" and f.table},
+}
 
 
 @dataclass(frozen=True)
@@ -258,39 +357,6 @@ class Machine:
 # Loading
 
 
-class _Problems:
-    """Collects every problem of one file instead of stopping at the first."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.errors: list[InputError] = []
-
-    def add(self, reason: str, field: str | None = None) -> None:
-        self.errors.append(InputError(reason, file=self.file, field=field))
-
-    def run(self, fn: Callable[[], Any], field: str | None = None) -> Any:
-        """``fn()``, or None with its InputError recorded under ``field``."""
-        try:
-            return fn()
-        except InputError as err:
-            self.errors.append(err.within(file=self.file, field_prefix=field))
-            return None
-
-
-def _unknown_keys(problems: _Problems, table: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
-    allowed = list(allowed)
-    for key in table:
-        if key in allowed:
-            continue
-        close = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(allowed)}"
-        problems.add(f"unknown key '{key}'{hint}", f"{where}.{key}" if where else key)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _resolve_base(base: str, child: Path) -> Path:
     """A base names a shipped id, a sibling file's id, or a path to a .toml file."""
     if base.endswith(".toml") or "/" in base:
@@ -313,34 +379,31 @@ def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     """Child over base: tables merge key by key, anything else (including [[level]]) replaces."""
     out = dict(base)
     for key, value in child.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and not _is_figure(value):
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and "value" not in value:
             out[key] = _merge(out[key], value)
         else:
             out[key] = value
     return out
 
 
-def _is_figure(value: dict[str, Any]) -> bool:
-    return "value" in value
-
-
-def _read_chain(path: Path, problems: _Problems) -> dict[str, Any] | None:
-    """The file's table with its bases merged in, base first; None if it cannot be read."""
+def _read_chain(path: Path, problems: Problems) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The file's table with its bases merged in (base first), and the file's own table."""
     chain: list[Path] = []
     tables: list[dict[str, Any]] = []
     current = path.resolve()
     while True:
         if current in chain:
-            cycle = " -> ".join(p.name for p in [*chain, current])
-            problems.add(f"cycle of base profiles: {cycle}", "base")
+            problems.add(f"cycle of base profiles: {' -> '.join(p.name for p in [*chain, current])}", "base")
             return None
         chain.append(current)
         try:
-            data = load_toml(current)
+            data, text = read_toml(current)
         except InputError as err:
             # The syntax error of a base is reported against that base's file and line.
             problems.errors.append(err if current != path.resolve() else err.within(file=problems.file))
             return None
+        if len(chain) == 1:
+            problems.index(text)
         tables.append(data)
         base = data.get("base")
         if base is None:
@@ -351,41 +414,20 @@ def _read_chain(path: Path, problems: _Problems) -> dict[str, Any] | None:
         try:
             current = _resolve_base(base, current)
         except InputError as err:
-            problems.errors.append(err.within(file=str(chain[-1]) if len(chain) > 1 else problems.file))
+            problems.take(err.within(file=str(chain[-1]) if len(chain) > 1 else problems.file))
             return None
     merged: dict[str, Any] = {}
     for data in reversed(tables):
         merged = _merge(merged, data)
-    own = tables[0]
     # Identity is never inherited: a variant is a different machine.
     for key in ("id", "name"):
-        if key not in own:
+        if key not in tables[0]:
             problems.add(f"missing required field '{key}' (identity is not inherited from a base)", key)
-    merged["_own"] = own
-    return merged
+    return merged, tables[0]
 
 
-def _figure(problems: _Problems, raw: Any, key: str, parse: Callable[[Any], Any],
-            provenance: dict[str, Figure], required: bool = True) -> Any:
-    """Parse one figure, record its provenance, and check that the provenance is complete."""
-    try:
-        value, fig = split_figure(raw, key)
-    except InputError as err:
-        problems.errors.append(InputError(err.reason, file=problems.file, field=key))
-        return None
-    if fig is not None:
-        provenance[key] = fig
-    elif required:
-        problems.add("needs its provenance: write { value = ..., source = ..., status = ... }", key)
-    try:
-        return parse(value)
-    except InputError as err:
-        problems.errors.append(InputError(err.reason, file=problems.file, field=key))
-        return None
-
-
-def _check_provenance(problems: _Problems, provenance: Mapping[str, Figure], sources: Mapping[str, str]) -> None:
-    for key, fig in provenance.items():
+def _check_provenance(problems: Problems, sources: Mapping[str, str]) -> None:
+    for key, fig in problems.provenance.items():
         if not fig.source:
             problems.add("a figure needs 'source' (a citation, URL, or a key of [sources])", key)
         elif fig.source not in sources and " " not in fig.source and "://" not in fig.source:
@@ -398,297 +440,128 @@ def _check_provenance(problems: _Problems, provenance: Mapping[str, Figure], sou
             problems.add("an estimate needs its 'derivation'", key)
 
 
-def _positive_int(value: Any, what: str, allow_zero: bool = False) -> int:
-    if not _is_int(value) or value < 0 or (value == 0 and not allow_zero):
-        raise InputError(f"{what} must be a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
-    return value
-
-
-def _positive_number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InputError(f"{what} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _build(path: Path, problems: _Problems) -> Machine | None:
-    data = _read_chain(path, problems)
-    if data is None:
-        return None
-    own = data.pop("_own")
-    _unknown_keys(problems, own, SCHEMA[""], "")
-    for section in ("compute", "issue_costs", "memory", "timing", "schedule"):
-        if section in own and not isinstance(own[section], dict):
-            problems.add(f"'{section}' must be a table [{section}]", section)
-    if "level" in own and not isinstance(own["level"], list):
-        problems.add("'level' must be an array of tables [[level]]", "level")
-
-    version = data.get("format_version")
-    if version is None:
-        problems.add(f"missing required field 'format_version' (write format_version = {FORMAT_VERSION})",
-                     "format_version")
-    elif version != FORMAT_VERSION:
-        changes = "; ".join(f"{v}: {c}" for v, c in sorted(FORMAT_CHANGES.items()))
-        problems.add(f"format_version {version!r} is not understood; this memwall reads {FORMAT_VERSION} "
-                     f"(changes: {changes})", "format_version")
-
-    sources = data.get("sources", {})
-    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
-        problems.add("[sources] must map keys to citation strings", "sources")
-        sources = {}
-    provenance: dict[str, Figure] = {}
-
-    def text(key: str) -> str | None:
-        value = data.get(key)
-        if value is None:
-            problems.add(f"missing required field '{key}'", key)
-            return None
-        if not isinstance(value, str) or not value.strip():
-            problems.add(f"'{key}' must be a non-empty string, got {value!r}", key)
-            return None
-        return value
-
-    ident, name, vendor = text("id"), text("name"), text("vendor")
-    if ident is not None and (ident != ident.lower() or not all(c.isalnum() or c == "-" for c in ident)
-                              or ident.startswith("-") or ident.endswith("-") or "--" in ident):
-        problems.add(f"id {ident!r} must be lowercase kebab-case (letters, digits, single hyphens)", "id")
-    year = None
-    if "year" not in data:
-        problems.add("missing required field 'year'", "year")
-    else:
-        year = _figure(problems, data["year"], "year", lambda v: _positive_int(v, "year"), provenance,
-                       required=False)
-    kind = data.get("kind")
-    if kind is None:
-        problems.add("missing required field 'kind'", "kind")
-    elif kind not in KINDS:
-        problems.add(f"unknown kind {kind!r}; one of {', '.join(KINDS)}", "kind")
-        kind = None
-
-    clock = None
-    if "clock" not in data:
-        problems.add("missing required field 'clock'", "clock")
-    else:
-        clock = _figure(problems, data["clock"], "clock", parse_frequency, provenance)
-
-    peak: dict[str, float] = {}
-    compute = data.get("compute")
-    if not isinstance(compute, dict) or not compute:
-        problems.add("missing required table [compute] with at least one dtype", "compute")
-    else:
-        _unknown_keys(problems, compute, DTYPES, "compute")
-        for dtype in DTYPES:
-            if dtype in compute:
-                rate = _figure(problems, compute[dtype], f"compute.{dtype}",
-                               lambda v: parse_flop_rate(v, clock_hz=clock), provenance)
-                if rate is not None:
-                    peak[dtype] = rate
-
-    issue: dict[str, float] = {}
-    costs = data.get("issue_costs", {})
-    if isinstance(costs, dict):
-        _unknown_keys(problems, costs, ISSUE_OPS, "issue_costs")
-        for op in ISSUE_OPS:
-            if op in costs:
-                seconds = _figure(problems, costs[op], f"issue_costs.{op}",
-                                  lambda v: parse_time(v, clock_hz=clock, allow_zero=False), provenance)
-                if seconds is not None:
-                    issue[op] = seconds
-    if kind == "scalar" and not {"fadd", "fmul"} <= set(issue):
+def _check_kind(values: Mapping[str, Any], problems: Problems) -> None:
+    """What the kind of machine asks of the timing model and the issue costs."""
+    kind, model = values.get("kind"), values.get("timing", {}).get("model")
+    if kind and model and model not in MODELS_FOR_KIND[kind]:
+        problems.add(f"timing model {model!r} does not fit a {kind} machine; use "
+                     f"{' or '.join(MODELS_FOR_KIND[kind])}", "timing.model")
+    if kind == "scalar" and not {"fadd", "fmul"} <= set(values.get("issue_costs", {})):
         problems.add("a scalar machine needs issue_costs fadd and fmul", "issue_costs")
+    if "compute" in values and not values["compute"]:
+        problems.add("[compute] needs at least one dtype", "compute")
 
-    levels: list[LevelSpec] = []
-    if data.get("level"):
-        parsed = problems.run(lambda: parse_levels(data["level"], clock_hz=clock, require_provenance=True))
-        if parsed is not None:
-            levels = parsed
-            for level in levels:
-                for key, fig in level.provenance.items():
-                    provenance[f"level[{level.name}].{key}"] = fig
 
-    memory = None
-    mem = data.get("memory")
-    if not isinstance(mem, dict):
-        problems.add("missing required table [memory] (capacity, latency, bandwidth)", "memory")
-    else:
-        _unknown_keys(problems, mem, SCHEMA["memory"], "memory")
-        parts = {}
-        for key, parse in (("capacity", parse_bytes),
-                           ("latency", lambda v: parse_time(v, clock_hz=clock, allow_zero=False)),
-                           ("bandwidth", lambda v: parse_byte_rate(v, clock_hz=clock))):
-            if key not in mem:
-                problems.add(f"missing required field 'memory.{key}'", f"memory.{key}")
-            else:
-                parts[key] = _figure(problems, mem[key], f"memory.{key}", parse, provenance)
-        if len(parts) == 3 and None not in parts.values():
-            memory = MainMemory(**parts)
+def _check_schedule(values: Mapping[str, Any], levels: list[LevelSpec], problems: Problems) -> None:
+    """A schedule's references to the levels and the timing model."""
+    schedule, timing = values.get("schedule", {}), values.get("timing", {})
+    names = {lv.name: lv for lv in levels}
+    staging = schedule.get("staging")
+    if staging is not None and staging not in names:
+        problems.add(f"staging names level {staging!r}, which is not one of this machine's levels "
+                     f"({', '.join(names) or 'none'})", "schedule.staging")
+    elif staging is not None and not names[staging].software_managed:
+        problems.add(f"staging level {staging!r} must be software_managed (a scratchpad)", "schedule.staging")
+    if schedule.get("vector_length", 0) > timing.get("vector_length", float("inf")):
+        problems.add(f"schedule.vector_length {schedule['vector_length']} exceeds the machine's "
+                     f"timing.vector_length {timing['vector_length']}", "schedule.vector_length")
 
-    timing = _timing(problems, data.get("timing"), kind, clock, provenance)
-    schedule = _schedule(problems, data.get("schedule"), levels, provenance)
-    if timing and schedule and "vector_length" in schedule.params and "vector_length" in timing.params:
-        if schedule.params["vector_length"] > timing.params["vector_length"]:
-            problems.add(f"schedule.vector_length {schedule.params['vector_length']} exceeds the machine's "
-                         f"timing.vector_length {timing.params['vector_length']}", "schedule.vector_length")
 
-    primary = data.get("primary_dtype")
-    if primary is None:
-        if kind == "vector" and "fp64" in peak:
-            primary = "fp64"
-        elif kind in ("gpu", "tpu", "wafer") and "bf16" in peak:
-            primary = "bf16"
-        elif "fp32" in peak:
-            primary = "fp32"
-        else:
-            primary = next(iter(peak), None)
-    elif primary not in peak:
-        problems.add(f"primary_dtype {primary!r} has no peak in [compute] ({', '.join(peak) or 'none'})",
-                     "primary_dtype")
-    notes = own.get("notes", "")  # notes describe one file's machine: never inherited
-    if not isinstance(notes, str):
-        problems.add("notes must be a string", "notes")
-        notes = ""
+def _primary_dtype(values: Mapping[str, Any], problems: Problems) -> str | None:
+    peak, kind = values.get("compute", {}), values.get("kind")
+    primary = values.get("primary_dtype")
+    if primary is not None:
+        if primary not in peak:
+            problems.add(f"primary_dtype {primary!r} has no peak in [compute] ({', '.join(peak) or 'none'})",
+                         "primary_dtype")
+        return primary
+    if kind == "vector" and "fp64" in peak:
+        return "fp64"
+    if kind in ("gpu", "tpu", "wafer") and "bf16" in peak:
+        return "bf16"
+    return "fp32" if "fp32" in peak else next(iter(peak), None)
 
-    _check_provenance(problems, provenance, sources)
+
+def _params(table: Mapping[str, Any], discriminator: str) -> dict[str, Any]:
+    return {k: v for k, v in table.items() if k not in (discriminator, "note")}
+
+
+def _build(path: Path, problems: Problems) -> Machine | None:
+    chain = _read_chain(path, problems)
+    if chain is None:
+        return None
+    data, own = chain
+    values = walk(data, PROFILE, problems, "", {"provenance": True})
+    levels = levels_from(values.get("level", []), problems)
+    _check_kind(values, problems)
+    _check_schedule(values, levels, problems)
+    primary = _primary_dtype(values, problems)
+    _check_provenance(problems, values.get("sources", {}))
     if problems.errors:
         return None
-    assert ident and name and vendor and kind and clock and memory and timing and schedule and primary
+    timing, schedule = values["timing"], values["schedule"]
     return Machine(
-        id=ident, name=name, vendor=vendor, year=year, kind=kind, clock_hz=clock, peak_flops=peak,
-        issue_costs=issue, levels=tuple(levels), memory=memory, timing=timing, schedule=schedule,
-        primary_dtype=primary, provenance=provenance, sources=dict(sources), notes=notes,
-        base=own.get("base"), path=path,
+        id=values["id"], name=values["name"], vendor=values["vendor"], year=values["year"], kind=values["kind"],
+        clock_hz=values["clock"], peak_flops=values["compute"], issue_costs=values.get("issue_costs", {}),
+        levels=tuple(levels), memory=MainMemory(**_params(values["memory"], "")),
+        timing=TimingSpec(timing["model"], _params(timing, "model")),
+        schedule=ScheduleSpec(schedule["family"], _params(schedule, "family")),
+        primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
+        notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
+        path=path,
     )
 
 
-def _timing(problems: _Problems, table: Any, kind: str | None, clock: float | None,
-            provenance: dict[str, Figure]) -> TimingSpec | None:
-    if not isinstance(table, dict):
-        problems.add("missing required table [timing] with its 'model'", "timing")
-        return None
-    model = table.get("model")
-    if model not in TIMING_MODELS:
-        problems.add(f"unknown timing model {model!r}; one of {', '.join(TIMING_MODELS)}", "timing.model")
-        return None
-    if kind and model not in MODELS_FOR_KIND[kind]:
-        problems.add(f"timing model {model!r} does not fit a {kind} machine; use "
-                     f"{' or '.join(MODELS_FOR_KIND[kind])}", "timing.model")
-    wanted = TIMING_PARAMS[model]
-    _unknown_keys(problems, {k: v for k, v in table.items() if k not in ("model", "note")}, wanted, "timing")
-    parsers: dict[str, tuple[Callable[[Any], Any], bool]] = {
-        "vector_length": (lambda v: _positive_int(v, "vector_length"), True),
-        "memory_ports": (lambda v: _positive_number(v, "memory_ports"), True),
-        "word_bytes": (lambda v: _positive_int(v, "word_bytes"), False),
-        "startup": (lambda v: _cycles(v, clock), True),
-        "chaining": (_boolean, False),
-        "overlap": (_overlap, False),
-        "mlp": (lambda v: _positive_number(v, "mlp"), True),
-        "cores": (lambda v: _positive_int(v, "cores"), False),
-        "launch_overhead": (lambda v: parse_time(v, clock_hz=clock), True),
-    }
-    params: dict[str, Any] = {}
-    for key in wanted:
-        if key not in table:
-            problems.add(f"timing model {model!r} needs '{key}'", f"timing.{key}")
-            continue
-        parse, needs_provenance = parsers[key]
-        value = _figure(problems, table[key], f"timing.{key}", parse, provenance, required=needs_provenance)
-        if value is not None:
-            params[key] = value
-    return TimingSpec(model, params)
+def plausibility(m: Machine, problems: Problems) -> None:
+    """Warnings for figures that are legal but almost surely wrong (a unit slip, a swapped level)."""
+    if m.path is not None and m.path.stem != m.id and m.path.stem != "TEMPLATE":
+        problems.add(f"id {m.id!r} differs from the file name {m.path.stem!r}", "id", warning=True)
+    lo, hi = PLAUSIBLE["clock"]
+    if not lo <= m.clock_hz <= hi:
+        problems.add(f"clock {m.clock_hz:g} Hz is outside {lo:g} .. {hi:g} Hz", "clock", warning=True)
+    figures = [("memory.bandwidth", "bandwidth", m.memory.bandwidth), ("memory.latency", "latency", m.memory.latency)]
+    figures += [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels for key in ("bandwidth", "latency")]
+    for where, key, value in figures:
+        lo, hi = PLAUSIBLE[key]
+        if value is not None and not lo <= value <= hi:
+            problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
+    for i, lv in enumerate(m.levels):
+        if lv.size > m.memory.capacity:
+            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than main memory ({m.memory.capacity} B)",
+                         f"level[{lv.name}].size", warning=True)
+        below = next((x for x in m.levels[i + 1:] if not x.software_managed), None)
+        if below is not None and lv.size > below.size:
+            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than the cache below it, '{below.name}' "
+                         f"({below.size} B)", f"level[{lv.name}].size", warning=True)
 
 
-def _cycles(value: Any, clock: float | None) -> float:
-    """Start-up in cycles: a number of cycles, '7 cycles', or a time converted with the clock."""
-    if _is_int(value) or isinstance(value, float):
-        if value < 0:
-            raise InputError(f"startup must be non-negative, got {value!r}")
-        return float(value)
-    seconds = parse_time(value, clock_hz=clock)
-    if clock is None:
-        raise InputError("startup as a time needs the machine's clock")
-    return seconds * clock
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {value!r}")
-    return value
-
-
-def _overlap(value: Any) -> str:
-    if value not in ("sum", "max"):
-        raise InputError(f"overlap must be 'sum' or 'max', got {value!r}")
-    return value
-
-
-def _schedule(problems: _Problems, table: Any, levels: list[LevelSpec],
-              provenance: dict[str, Figure]) -> ScheduleSpec | None:
-    if not isinstance(table, dict):
-        problems.add("missing required table [schedule] with its 'family'", "schedule")
-        return None
-    family = table.get("family")
-    if family not in SCHEDULE_FAMILIES:
-        problems.add(f"unknown schedule family {family!r}; one of {', '.join(SCHEDULE_FAMILIES)}",
-                     "schedule.family")
-        return None
-    wanted = SCHEDULE_PARAMS[family]
-    _unknown_keys(problems, {k: v for k, v in table.items() if k not in ("family", "note")}, wanted, "schedule")
-
-    def micro_tile(v: Any) -> list[int]:
-        if not (isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x > 0 for x in v)):
-            raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {v!r}")
-        return list(v)
-
-    def staging(v: Any) -> str:
-        names = {lv.name: lv for lv in levels}
-        if v not in names:
-            raise InputError(f"staging names level {v!r}, which is not one of this machine's levels "
-                             f"({', '.join(names) or 'none'})")
-        if not names[v].software_managed:
-            raise InputError(f"staging level {v!r} must be software_managed (a scratchpad)")
-        return v
-
-    params: dict[str, Any] = {}
-    for key in wanted:
-        if key not in table:
-            problems.add(f"schedule family {family!r} needs '{key}'", f"schedule.{key}")
-            continue
-        if key == "micro_tile":
-            parse: Callable[[Any], Any] = micro_tile
-        elif key == "staging":
-            parse = staging
-        elif key == "vector_registers":
-            parse = lambda v: _positive_int(v, "vector_registers", allow_zero=True)  # noqa: E731
-        else:
-            parse = lambda v, k=key: _positive_int(v, k)  # noqa: E731
-        value = _figure(problems, table[key], f"schedule.{key}", parse, provenance, required=False)
-        if value is not None:
-            params[key] = value
-    return ScheduleSpec(family, params)
-
-
-def _check_file(path: str | Path) -> tuple[Machine | None, list[InputError]]:
+def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list[InputError]]:
+    """One profile file: the machine (None if invalid), its problems and its warnings."""
     path = Path(path)
-    problems = _Problems(str(path))
+    problems = Problems(str(path))
     machine = _build(path, problems)
-    return machine, problems.errors
+    if machine is not None:
+        plausibility(machine, problems)
+    return machine, problems.errors, problems.warnings
 
 
 def load_machine_file(path: str | Path) -> Machine:
     """Load and check one profile file (and its bases). Raises the first problem found."""
-    machine, errors = _check_file(path)
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more; run 'memwall machines validate')" if len(errors) > 1 else ""
-        raise InputError(first.reason + more, file=first.file, line=first.line, field=first.field)
+    path = Path(path)
+    problems = Problems(str(path))
+    machine = _build(path, problems)
+    problems.raise_first("; run 'memwall machines validate'")
     assert machine is not None
     return machine
 
 
-def validate_paths(paths: Iterable[str | Path]) -> list[InputError]:
-    """Every problem of every file, in file order (an empty list: all valid)."""
+def validate_paths(paths: Iterable[str | Path], strict: bool = False) -> list[InputError]:
+    """Every problem of every file, in file order (an empty list: all valid); ``strict``
+    counts the warnings as problems."""
     errors: list[InputError] = []
     for path in paths:
-        errors.extend(_check_file(path)[1])
+        _, errs, warnings = check_file(path)
+        errors.extend(errs + (warnings if strict else []))
     return errors
 
 

@@ -86,6 +86,8 @@ def parse_bytes(value: str | int, *, allow_zero: bool = False) -> int:
     if not unit:
         raise InputError(f"{value!r}: a size needs a unit (for example '32 KiB' or '64 B')")
     total = number * _byte_multiplier(unit, value)
+    if not math.isfinite(total):
+        raise InputError(f"{value!r} overflows to infinity")
     _positive(total, value, "a size", allow_zero)
     if abs(total - round(total)) > 1e-6 * max(1.0, total):
         raise InputError(f"{value!r} is not a whole number of bytes")

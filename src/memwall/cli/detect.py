@@ -8,11 +8,11 @@ It adds itself under ``memwall machines`` through the hook ``register_machines``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from .. import host, profiles
+from ._output import print_json
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +54,5 @@ def cmd_detect(args: argparse.Namespace) -> int:
         print(host.summary(detected), file=sys.stderr)
         print(host.profile_toml(detected, args.id))
     if args.json:
-        json.dump(detected.as_dict(), sys.stdout, indent=1, default=str)
-        print()
+        print_json(detected.as_dict(), default=str)
     return 0

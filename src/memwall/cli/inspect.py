@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
+from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ._output import print_json
 
 
 def parse_gemm(text: str) -> tuple[int, int, int]:
@@ -36,12 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--network", help="network preset id (memwall networks list)")
     what.add_argument("--gemm", type=parse_gemm, metavar="M,N,K", help="a single product C[MxN] = A[MxK] B[KxN]")
     p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models); default 1")
-    p.add_argument("--checkpoint", default="none", help="none | sqrt | every:K | selective (default none)")
-    p.add_argument("--updates", default="minibatch", choices=("per-example", "minibatch"),
+    p.add_argument("--checkpoint", default="none", help=f"{CHECKPOINT_SYNTAX} (default none)")
+    p.add_argument("--updates", default="minibatch", choices=UPDATES,
                    help="per-example: 1986-style online SGD, one update per example (default minibatch)")
-    p.add_argument("--phase", default="train", choices=("train", "forward"), help="train (default) or forward (inference)")
-    p.add_argument("--optimizer", default="sgd", choices=("sgd", "momentum", "adam"))
-    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the network's own; fp32 for --gemm)")
+    p.add_argument("--phase", default="train", choices=PHASES, help="train (default) or forward (inference)")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
+    p.add_argument("--dtype", default=None,
+                   help=f"{' | '.join(TRAINING_DTYPES)} (default: the network's own; fp32 for --gemm)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
@@ -71,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
+        print_json(result)
     else:
         print(render(result))
     return 0

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import pkgutil
 import re
-import sys
 from typing import Any
 
 from .. import profiles
 from ..errors import InputError
 from ..units import format_byte_rate, format_bytes, format_flop_rate, format_frequency, format_time
+from ._output import print_json, report
 
 _machines_subparsers: Any = None  # the sub-subparsers of the most recently built 'machines' parser
 
@@ -55,9 +54,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="as JSON")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("validate", help="check profile files; every problem by file, field and reason",
-                       description="Check profile files. Exit 0 if all are valid, 1 otherwise.")
+    p = sub.add_parser("validate", help="check profile files; every problem by file, line, field and reason",
+                       description="Check profile files: every problem, then warnings for figures that are legal "
+                                   "but implausible. Exit 0 if all are valid, 1 otherwise.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="profile .toml files")
+    p.add_argument("--strict", action="store_true", help="count warnings as problems")
     p.set_defaults(func=cmd_validate)
 
     # Sub-subcommands other modules contribute (see the module docstring).
@@ -105,8 +106,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.kind:
         machines = [m for m in machines if m.kind == args.kind]
     if args.json:
-        json.dump([_row(m) for m in machines], sys.stdout, indent=1)
-        print()
+        print_json([_row(m) for m in machines])
         return 0
     header = ("id", "name", "year", "kind", "peak FLOP/s", "memory B/s", "balance FLOP/B", "status")
     rows = []
@@ -128,80 +128,77 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    m = profiles.load_machine(args.machine)
-    if args.json:
-        json.dump(m.as_dict(), sys.stdout, indent=1)
-        print()
-        return 0
-    out: list[str] = []
+def _figure_text(m: profiles.Machine, key: str, shown: str) -> str:
+    """A value as shown, with its status, citation and derivation where it has them."""
+    f = m.provenance.get(key)
+    if f is None:
+        return shown
+    extra = f"  [{f.status}; {m.citation(f)}]"
+    if f.derivation:
+        extra += f"  derived: {f.derivation}"
+    return shown + extra
 
-    def fig(key: str, shown: str) -> str:
-        f = m.provenance.get(key)
-        if f is None:
-            return shown
-        extra = f"  [{f.status}; {m.citation(f)}]"
-        if f.derivation:
-            extra += f"  derived: {f.derivation}"
-        return shown + extra
 
-    out.append(f"{m.name}  ({m.id})")
-    out.append(f"  vendor {m.vendor}; year {m.year}; kind {m.kind}; primary dtype {m.primary_dtype}")
-    if m.base:
-        out.append(f"  extends {m.base}")
-    out.append(f"  profile {m.path}")
-    if m.notes:
-        out.append(f"  notes: {m.notes}")
-    out.append("clock")
-    out.append("  " + fig("clock", format_frequency(m.clock_hz)))
-    out.append("compute (peak, dense)")
-    for dtype, rate in m.peak_flops.items():
-        out.append(f"  {dtype:5} " + fig(f"compute.{dtype}", format_flop_rate(rate))
-                   + f"   balance {m.balance(dtype):.3g} FLOP/B")
-    if m.issue_costs:
-        out.append("issue costs")
-        for op, seconds in m.issue_costs.items():
-            out.append(f"  {op:6} " + fig(f"issue_costs.{op}",
-                                          f"{format_time(seconds)} ({seconds * m.clock_hz:.3g} cycles)"))
-    out.append("levels (first first)")
+def _level_lines(m: profiles.Machine) -> list[str]:
+    out = ["levels (first first)"]
+    shown = {"latency": format_time, "bandwidth": format_byte_rate}
     for lv in m.levels:
         managed = "software-managed" if lv.software_managed else f"{lv.policy}, {lv.write}, {lv.inclusion}"
         out.append(f"  {lv.name}: {format_bytes(lv.size)}, {lv.line} B lines, {lv.ways} ways, "
                    f"{lv.sets} sets, {managed}")
         for key, f in lv.provenance.items():
-            if key == "latency" and lv.latency is not None:
-                value = format_time(lv.latency)
-            elif key == "bandwidth" and lv.bandwidth is not None:
-                value = format_byte_rate(lv.bandwidth)
-            else:
-                value = str(f.value)
-            out.append(f"      {key}: " + fig(f"level[{lv.name}].{key}", value))
-    out.append("main memory")
-    out.append("  capacity  " + fig("memory.capacity", format_bytes(m.memory.capacity)))
-    out.append("  latency   " + fig("memory.latency", format_time(m.memory.latency)))
-    out.append("  bandwidth " + fig("memory.bandwidth", format_byte_rate(m.memory.bandwidth)))
-    out.append(f"timing model {m.timing.model}")
-    for key, value in m.timing.params.items():
-        out.append(f"  {key} = " + fig(f"timing.{key}", repr(value)))
+            value = getattr(lv, key, None)
+            text = shown[key](value) if key in shown and value is not None else str(f.value)
+            out.append(f"      {key}: " + _figure_text(m, f"level[{lv.name}].{key}", text))
+    return out
+
+
+def _machine_lines(m: profiles.Machine) -> list[str]:
+    out = [f"{m.name}  ({m.id})",
+           f"  vendor {m.vendor}; year {m.year}; kind {m.kind}; primary dtype {m.primary_dtype}"]
+    if m.base:
+        out.append(f"  extends {m.base}")
+    out.append(f"  profile {m.path}")
+    if m.notes:
+        out.append(f"  notes: {m.notes}")
+    out += ["clock", "  " + _figure_text(m, "clock", format_frequency(m.clock_hz)), "compute (peak, dense)"]
+    out += [f"  {dtype:5} " + _figure_text(m, f"compute.{dtype}", format_flop_rate(rate))
+            + f"   balance {m.balance(dtype):.3g} FLOP/B" for dtype, rate in m.peak_flops.items()]
+    if m.issue_costs:
+        out.append("issue costs")
+        out += [f"  {op:6} " + _figure_text(m, f"issue_costs.{op}", f"{format_time(s)} ({s * m.clock_hz:.3g} cycles)")
+                for op, s in m.issue_costs.items()]
+    return out
+
+
+def _memory_lines(m: profiles.Machine) -> list[str]:
+    out = ["main memory",
+           "  capacity  " + _figure_text(m, "memory.capacity", format_bytes(m.memory.capacity)),
+           "  latency   " + _figure_text(m, "memory.latency", format_time(m.memory.latency)),
+           "  bandwidth " + _figure_text(m, "memory.bandwidth", format_byte_rate(m.memory.bandwidth)),
+           f"timing model {m.timing.model}"]
+    out += [f"  {k} = " + _figure_text(m, f"timing.{k}", repr(v)) for k, v in m.timing.params.items()]
     out.append(f"schedule {m.schedule.family}")
-    for key, value in m.schedule.params.items():
-        out.append(f"  {key} = " + fig(f"schedule.{key}", repr(value)))
+    out += [f"  {k} = " + _figure_text(m, f"schedule.{k}", repr(v)) for k, v in m.schedule.params.items()]
     if m.sources:
         out.append("sources")
-        for key, citation in m.sources.items():
-            out.append(f"  {key}: {citation}")
-    print("\n".join(out))
+        out += [f"  {key}: {citation}" for key, citation in m.sources.items()]
+    return out
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    m = profiles.load_machine(args.machine)
+    if args.json:
+        print_json(m.as_dict())
+        return 0
+    print("\n".join(_machine_lines(m) + _level_lines(m) + _memory_lines(m)))
     return 0
 
 
+def _check(path: str) -> tuple[list[InputError], list[InputError]]:
+    _, errors, warnings = profiles.check_file(path)
+    return errors, warnings
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    bad = 0
-    for path in args.paths:
-        errors = profiles.validate_paths([path])
-        if errors:
-            bad += 1
-            for err in errors:
-                print(str(err))
-    ok = len(args.paths) - bad
-    print(f"{ok} of {len(args.paths)} file(s) valid", file=sys.stderr)
-    return 1 if bad else 0
+    return report(args.paths, _check, strict=args.strict)

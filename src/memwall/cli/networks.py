@@ -1,14 +1,16 @@
-"""``memwall networks``: list and show the network presets of era_data/networks.
+"""``memwall networks``: list, show and validate the network presets of era_data/networks.
 
-Owns the ``networks`` subcommand (``list [--json]``, ``show ID [--json]``).
+Owns the ``networks`` subcommand (``list [--json]``, ``show ID [--json]``,
+``validate FILE...``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ..networks import all_networks, load_network
+from ..errors import InputError
+from ..networks import all_networks, check_network_file, load_network
+from ._output import print_json, report
 
 
 def register(subparsers: Any) -> None:
@@ -23,6 +25,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("network", metavar="ID")
     p.add_argument("--json", action="store_true", help="as JSON")
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("validate", help="check preset files; every problem by file, line, field and reason",
+                       description="Check network preset files. Exit 0 if all are valid, 1 otherwise.")
+    p.add_argument("paths", nargs="+", metavar="FILE", help="preset .toml files")
+    p.set_defaults(func=cmd_validate)
 
 
 def _count(n: int) -> str:
@@ -35,7 +41,7 @@ def _count(n: int) -> str:
 def cmd_list(args: Any) -> int:
     nets = all_networks()
     if args.json:
-        print(json.dumps([n.as_dict() for n in nets], indent=1))
+        print_json([n.as_dict() for n in nets])
         return 0
     print(f"{'id':<16} {'kind':<16} {'year':>4} {'parameters':>11} {'connections':>11}  name")
     for n in nets:
@@ -47,7 +53,7 @@ def cmd_show(args: Any) -> int:
     n = load_network(args.network)
     d = n.as_dict()
     if args.json:
-        print(json.dumps(d, indent=1))
+        print_json(d)
         return 0
     for k, v in d.items():
         if k == "layers" and isinstance(v, list) and v and isinstance(v[0], dict):
@@ -61,3 +67,11 @@ def cmd_show(args: Any) -> int:
         else:
             print(f"{k}: {v}")
     return 0
+
+
+def _check(path: str) -> tuple[list[InputError], list[InputError]]:
+    return check_network_file(path)[1], []
+
+
+def cmd_validate(args: Any) -> int:
+    return report(args.paths, _check)

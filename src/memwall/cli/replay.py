@@ -7,13 +7,13 @@ reads the file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 from ..errors import InputError
 from ..traces import FORMATS
+from ._output import print_json
 
 _CLASSIFY_KEYS = ("compulsory", "capacity", "conflict")
 
@@ -75,8 +75,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 level.pop(key)
     result["seconds"] = seconds
     if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
+        print_json(result)
     else:
         print(_table(result, args.classify))
     return 0

@@ -6,22 +6,23 @@ table of kernels (FLOPs, dims, tensors) and the ledger, or as JSON (``--json``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..networks import load_network
 from ..units import format_bytes
-from ..workloads.config import DTYPES, OPTIMIZERS, PHASES, UPDATES, TrainingConfig
+from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step
+from ._output import print_json
 
 
 def add_step_arguments(p: Any) -> None:
     """The options that pick a step (shared with ``memwall trace``)."""
     p.add_argument("--network", required=True, metavar="ID", help="network id or preset .toml path")
     p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models)")
-    p.add_argument("--checkpoint", default="none", help="none | sqrt | every:K | selective")
+    p.add_argument("--checkpoint", default="none", help=CHECKPOINT_SYNTAX)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
-    p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the preset's")
+    p.add_argument("--dtype", default=None, choices=TRAINING_DTYPES, help="default: the preset's")
     p.add_argument("--updates", default="minibatch", choices=UPDATES)
     p.add_argument("--phase", default="train", choices=PHASES)
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
@@ -55,7 +56,7 @@ def _flops(x: float) -> str:
 def cmd_step(args: Any) -> int:
     step = step_from_args(args)
     if args.json:
-        print(json.dumps(step.as_dict(), indent=1))
+        print_json(step.as_dict())
         return 0
     cfg = step.config
     print(f"{step.network.name}: batch {cfg.batch} ({cfg.updates}), {cfg.optimizer}, {cfg.dtype}, "

@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 from ..errors import InputError
+from ..vocabulary import CHECKPOINT_SYNTAX, PHASES, UPDATES
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -44,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--machines", nargs="+", metavar="ID", help="machine ids or profile paths (BASE@bw=B/s for synthetic)")
     p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids")
     p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
-    p.add_argument("--checkpoint", nargs="+", metavar="MODE", help="none, sqrt, selective or every:K")
-    p.add_argument("--updates", choices=("per-example", "minibatch"), help="override updates on every case")
-    p.add_argument("--phase", choices=("train", "forward"), help="override the phase on every case")
+    p.add_argument("--checkpoint", nargs="+", metavar="MODE", help=CHECKPOINT_SYNTAX)
+    p.add_argument("--updates", choices=UPDATES, help="override updates on every case")
+    p.add_argument("--phase", choices=PHASES, help="override the phase on every case")
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")

@@ -9,9 +9,10 @@ itself lives in :mod:`memwall.experiments.validate`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from ._output import print_json
 
 
 def register(subparsers: Any) -> None:
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
         paths = validation_figure(results, args.figure)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.json:
-        json.dump(to_json(results), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(to_json(results), indent=2)
     else:
         print(format_table(results, summarize(results)))
     return 0

@@ -7,9 +7,11 @@ vocabularies they check against (``METRICS``, ``RELIABILITIES``, ``CHECKS``).
 
 The files are the judge of the simulator, so they are read as strictly as the machine
 profiles: an unknown key is named, a wrong type or a bad enum value is refused with the
-file, the field and the reason, a TOML syntax error with its line, and an id that appears
-twice (in one file or across files) is refused. The format is documented in
-``era_data/measurements/README.md``.
+file, the line, the field and the reason (every problem of a file at once, through the one
+walker of :mod:`memwall.schema`), a TOML syntax error with its line, and an id that appears
+twice (in one file or across files) is refused. The fields are declared once
+(:data:`MEASUREMENT`); the table in ``era_data/measurements/README.md`` is generated from
+that declaration.
 
 This module knows nothing of the simulator: turning a measurement into a :class:`Case`
 and comparing the prediction with it is :mod:`memwall.experiments.validate`'s job.
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..levels import load_toml
+from ..schema import Field, Problems, Table, read_toml, walk
+from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, UPDATES, parse_checkpoint
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -50,37 +53,72 @@ RELIABILITIES = ("high", "medium", "low")
 #                               model with no communication should predict at least this);
 #   upper-bound-on-prediction - the measurement is a ceiling: the prediction should be <= it.
 CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
-UPDATES = ("per-example", "minibatch")
-PHASES = ("train", "forward")
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
-
-MEASUREMENT_KEYS: dict[str, str] = {
-    "id": "unique id across all measurement files (letters, digits, '.', '_', '-')",
-    "machine": "machine profile id (memwall machines list)",
-    "network": "network preset id (memwall networks list); or give 'gemm'",
-    "batch": "examples (sequences) per step; needed with 'network'",
-    "updates": "'per-example' or 'minibatch' (default 'minibatch')",
-    "phase": "'train' (default) or 'forward'",
-    "dtype": "arithmetic type: " + ", ".join(DTYPES) + " (needed with 'gemm')",
-    "seq_len": "sequence length, for sequence models (default: the preset's)",
-    "checkpoint": "activation checkpointing: none | sqrt | every:K | selective (default none)",
-    "optimizer": "sgd | momentum | adam (default sgd)",
-    "gemm": "a single matrix product 'M,N,K' (instead of 'network')",
-    "metric": "one of " + ", ".join(METRICS),
-    "value": "the measured value: a positive number in the metric's unit, or a string such as '4.88 TFLOP/s'",
-    "check": "one of " + ", ".join(CHECKS) + " (default 'point')",
-    "year": "year the measurement was published",
-    "source": "full citation, with page, table or sheet",
-    "reliability": "one of " + ", ".join(RELIABILITIES),
-    "notes": "what was measured, what is uncertain, any derivation",
-    "explanation": "why memwall's prediction misses this case, where it does (the model's missing effect, a counting difference)",
-}
-REQUIRED = ("id", "machine", "metric", "value", "source", "reliability", "notes")
-TOP_LEVEL_KEYS = ("measurement", "note", "format_version")
+# Keys that describe a training step, not a single product.
+_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _SUBSECOND = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _ident(value: str, context: dict[str, Any]) -> str:
+    if not _ID.match(value):
+        raise InputError(f"id {value!r} may hold only letters, digits, '.', '_' and '-'")
+    return value
+
+
+def _checkpoint(value: str, context: dict[str, Any]) -> str:
+    return parse_checkpoint(value).text
+
+
+def _value(value: Any, context: dict[str, Any]) -> float:
+    metric = context.get("metric")
+    return _measured(value, metric) if metric else value  # no metric: the file is refused for that
+
+
+def _gemm(value: Any, context: dict[str, Any]) -> tuple[int, int, int]:
+    return _dims(value)
+
+
+MEASUREMENT = Table("[[measurement]]", (
+    Field("id", "text", "unique id across all measurement files (letters, digits, '.', '_', '-')", required=True,
+          parse=_ident),
+    Field("machine", "text", "machine profile id (memwall machines list)", required=True),
+    Field("network", "text", "network preset id (memwall networks list); or give 'gemm'"),
+    Field("batch", "int", "examples (sequences) per step; needed with 'network'; 1 for per-example updates",
+          minimum=1),
+    Field("updates", "word", "how often the weights change", choices=UPDATES, default="minibatch"),
+    Field("phase", "word", "what a step runs", choices=PHASES, default="train"),
+    Field("dtype", "word", "arithmetic type (needed with 'gemm'; default for a network: its own)", choices=DTYPES),
+    Field("seq_len", "int", "sequence length, for sequence models", minimum=1, default_doc="the preset's"),
+    Field("checkpoint", "str", "activation checkpointing", parse=_checkpoint, default="none",
+          unit=f"`{CHECKPOINT_SYNTAX}`"),
+    Field("optimizer", "word", "the optimizer's update", choices=OPTIMIZERS, default="sgd"),
+    Field("gemm", "any", "a single matrix product C[MxN] = A[MxK] B[KxN], 2 M N K FLOPs (instead of 'network')",
+          parse=_gemm, unit="`\"M,N,K\"`"),
+    Field("metric", "word", "what 'value' measures (see below)", required=True, choices=tuple(METRICS),
+          sets="metric"),
+    Field("value", "any", "the measured value, in the metric's unit", required=True, parse=_value,
+          unit="positive number, or a string with the unit: `'4.88 TFLOP/s'`, `'900 MCUPS'`, `'0.275 s'`"),
+    Field("check", "word", "how the measurement judges the prediction (see below)", choices=CHECKS,
+          default="point"),
+    Field("year", "int", "year the measurement was published (default: the machine's)", minimum=1940,
+          maximum=2100),
+    Field("source", "text", "full citation, with page, table or sheet", required=True),
+    Field("reliability", "word", "high (primary source, figure read), medium (workload partly assumed, or a "
+          "faithful transcription), low (secondary source or an interpretation)", required=True,
+          choices=RELIABILITIES),
+    Field("notes", "text", "what was measured, what is uncertain, any derivation", required=True),
+    Field("explanation", "text", "why memwall's prediction misses this case, where it does (the model's missing "
+          "effect, a counting difference)"),
+), label="id")
+MEASUREMENT_KEYS: dict[str, str] = {f.key: f.doc for f in MEASUREMENT.fields}
+FILE = Table("measurement file", (
+    Field("format_version", "int", "the format this file is written in (1)", minimum=1, maximum=1),
+    Field("note", "str", "free text about the file"),
+    Field("measurement", "tables", "the measurements", required=True, table=MEASUREMENT),
+), doc="A file of `[[measurement]]` tables.")
 
 
 @dataclass(frozen=True)
@@ -128,220 +166,142 @@ class Measurement:
         return " ".join(parts)
 
 
-def parse_value(raw: Any, metric: str) -> float:
-    """A measured value: a positive finite number, or a string with the metric's unit."""
+def _measured(raw: Any, metric: str) -> float:
     if isinstance(raw, bool):
-        raise InputError(f"must be a number, got {raw!r}", field="value")
+        raise InputError(f"must be a number, got {raw!r}")
     if isinstance(raw, int | float):
         value = float(raw)
     elif isinstance(raw, str):
-        m = _VALUE.match(raw.replace("_", ""))
-        units = METRIC_UNITS[metric]
-        if not m:
-            raise InputError(
-                f"cannot read {raw!r}: expected a number and a unit ({' or '.join(units)})", field="value"
-            )
-        number, prefix, unit = float(m.group("num")), m.group("prefix"), m.group("unit")
-        if metric == "seconds" and prefix + unit in _SUBSECOND:
-            value = number * _SUBSECOND[prefix + unit]
-        elif unit in units:
-            value = number * _PREFIX[prefix]
-        elif prefix + unit in units:  # e.g. 's' has no prefix to strip
-            value = number
-        else:
-            raise InputError(
-                f"unit {prefix + unit!r} does not fit metric {metric!r}; write {' or '.join(units)} "
-                "with an optional decimal prefix (k, M, G, T, P)",
-                field="value",
-            )
+        value = _with_unit(raw, metric)
     else:
-        raise InputError(f"must be a number or a string with a unit, got {type(raw).__name__}", field="value")
+        raise InputError(f"must be a number or a string with a unit, got {type(raw).__name__}")
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"must be positive and finite, got {raw!r}", field="value")
+        raise InputError(f"must be positive and finite, got {raw!r}")
     return value
 
 
-def parse_gemm(raw: Any) -> tuple[int, int, int]:
-    """``"M,N,K"`` (or a list of three integers) into positive integers."""
+def _with_unit(raw: str, metric: str) -> float:
+    m = _VALUE.match(raw.replace("_", ""))
+    units = METRIC_UNITS[metric]
+    if not m:
+        raise InputError(f"cannot read {raw!r}: expected a number and a unit ({' or '.join(units)})")
+    number, prefix, unit = float(m.group("num")), m.group("prefix"), m.group("unit")
+    if metric == "seconds" and prefix + unit in _SUBSECOND:
+        return number * _SUBSECOND[prefix + unit]
+    if unit in units:
+        return number * _PREFIX[prefix]
+    if prefix + unit in units:  # e.g. 's' has no prefix to strip
+        return number
+    raise InputError(f"unit {prefix + unit!r} does not fit metric {metric!r}; write {' or '.join(units)} "
+                     "with an optional decimal prefix (k, M, G, T, P)")
+
+
+def parse_value(raw: Any, metric: str) -> float:
+    """A measured value: a positive finite number, or a string with the metric's unit."""
+    try:
+        return _measured(raw, metric)
+    except InputError as err:
+        raise InputError(err.reason, field="value") from None
+
+
+def _dims(raw: Any) -> tuple[int, int, int]:
     if isinstance(raw, str):
         parts = [p.strip() for p in raw.split(",")]
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise InputError(f"expected 'M,N,K' with three positive integers, got {raw!r}", field="gemm")
+            raise InputError(f"expected 'M,N,K' with three positive integers, got {raw!r}")
         dims = tuple(int(p) for p in parts)
     elif isinstance(raw, list) and len(raw) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
         dims = tuple(raw)
     else:
-        raise InputError(f"expected 'M,N,K', got {raw!r}", field="gemm")
+        raise InputError(f"expected 'M,N,K', got {raw!r}")
     if min(dims) <= 0:
-        raise InputError(f"M, N and K must be positive, got {raw!r}", field="gemm")
+        raise InputError(f"M, N and K must be positive, got {raw!r}")
     return dims  # type: ignore[return-value]
 
 
-def _string(table: dict[str, Any], key: str, *, required: bool = False) -> str | None:
-    if key not in table:
-        if required:
-            raise InputError(f"missing required field '{key}' ({MEASUREMENT_KEYS[key]})", field=key)
-        return None
-    value = table[key]
-    if not isinstance(value, str):
-        raise InputError(f"must be a string, got {type(value).__name__} {value!r}", field=key)
-    if not value.strip():
-        raise InputError("must not be empty", field=key)
-    return value
+def parse_gemm(raw: Any) -> tuple[int, int, int]:
+    """``"M,N,K"`` (or a list of three integers) into positive integers."""
+    try:
+        return _dims(raw)
+    except InputError as err:
+        raise InputError(err.reason, field="gemm") from None
 
 
-def _enum(table: dict[str, Any], key: str, allowed: Sequence[str], default: str | None) -> str | None:
-    value = _string(table, key, required=default is None and key in REQUIRED)
-    if value is None:
-        return default
-    if value not in allowed:
-        raise InputError(f"unknown value {value!r}; one of {', '.join(allowed)}", field=key)
-    return value
+def _check_gemm(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
+    for key in _STEP_KEYS:
+        if key in raw:
+            add(f"'{key}' does not apply to a single 'gemm'", key)
+    if "dtype" not in raw:
+        add("a 'gemm' measurement needs 'dtype'", "dtype")
+    if values.get("metric", "flops") not in ("flops", "seconds"):
+        add(f"a single GEMM is measured in 'flops' or 'seconds', not {values['metric']!r}", "metric")
 
 
-def _int(table: dict[str, Any], key: str, *, minimum: int = 1) -> int | None:
-    if key not in table:
-        return None
-    value = table[key]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(f"must be an integer, got {type(value).__name__} {value!r}", field=key)
-    if value < minimum:
-        raise InputError(f"must be at least {minimum}, got {value}", field=key)
-    return value
-
-
-def parse_measurement(table: Any) -> Measurement:
-    """Check one ``[[measurement]]`` table; errors name the field (file and line are added by the caller)."""
-    if not isinstance(table, dict):
-        raise InputError("each [[measurement]] must be a table")
-    unknown = sorted(set(table) - set(MEASUREMENT_KEYS))
-    if unknown:
-        raise InputError(
-            f"unknown key(s) {', '.join(unknown)}; a measurement takes {', '.join(MEASUREMENT_KEYS)}",
-            field=unknown[0],
-        )
-    for key in REQUIRED:
-        if key not in table:
-            raise InputError(f"missing required field '{key}' ({MEASUREMENT_KEYS[key]})", field=key)
-    ident = _string(table, "id", required=True)
-    assert ident is not None
-    if not _ID.match(ident):
-        raise InputError(f"id {ident!r} may hold only letters, digits, '.', '_' and '-'", field="id")
-    machine = _string(table, "machine", required=True)
-    metric = _enum(table, "metric", tuple(METRICS), None)
-    reliability = _enum(table, "reliability", RELIABILITIES, None)
-    check = _enum(table, "check", CHECKS, "point")
-    source = _string(table, "source", required=True)
-    notes = _string(table, "notes", required=True)
-    explanation = _string(table, "explanation")
-    assert metric is not None and machine and source and notes and reliability and check
-    value = parse_value(table["value"], metric)
-    year = _int(table, "year", minimum=1940)
-    dtype = _enum(table, "dtype", DTYPES, "") or None
-
-    network = _string(table, "network")
-    has_gemm = "gemm" in table
-    if (network is None) == (not has_gemm):
-        raise InputError(
-            "give exactly one workload: 'network' (with 'batch') or 'gemm' (with 'dtype')",
-            field="gemm" if has_gemm else "network",
-        )
-    if has_gemm:
-        gemm = parse_gemm(table["gemm"])
-        for key in ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer"):
-            if key in table:
-                raise InputError(f"'{key}' does not apply to a single 'gemm'", field=key)
-        if dtype is None:
-            raise InputError("a 'gemm' measurement needs 'dtype'", field="dtype")
-        if metric not in ("flops", "seconds"):
-            raise InputError(f"a single GEMM is measured in 'flops' or 'seconds', not {metric!r}", field="metric")
-        return Measurement(
-            id=ident, machine=machine, metric=metric, value=value, source=source,
-            reliability=reliability, notes=notes, gemm=gemm, dtype=dtype, check=check,
-            year=year, explanation=explanation,
-        )
-
-    batch = _int(table, "batch")
-    if batch is None:
-        raise InputError("a 'network' measurement needs 'batch' (examples per step)", field="batch")
-    updates = _enum(table, "updates", UPDATES, "minibatch")
-    phase = _enum(table, "phase", PHASES, "train")
-    assert updates and phase
+def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
+    metric, phase = values.get("metric"), values.get("phase")
+    if "batch" not in raw:
+        add("a 'network' measurement needs 'batch' (examples per step)", "batch")
     if metric == "cups" and phase != "train":
-        raise InputError("'cups' counts connection updates: it needs phase = 'train'", field="metric")
+        add("'cups' counts connection updates: it needs phase = 'train'", "metric")
     if metric == "cps" and phase != "forward":
-        raise InputError("'cps' counts forward connections only: it needs phase = 'forward'", field="metric")
-    if updates == "per-example" and batch != 1:
+        add("'cps' counts forward connections only: it needs phase = 'forward'", "metric")
+    if values.get("updates") == "per-example" and values.get("batch", 1) != 1:
         # Per-example updates change the weights after every example: a step is one example.
-        raise InputError(f"per-example updates take batch = 1, got {batch}", field="batch")
-    checkpoint = _string(table, "checkpoint") or "none"
-    if not re.fullmatch(r"none|sqrt|selective|every:[1-9]\d*", checkpoint):
-        raise InputError(f"unknown checkpointing {checkpoint!r}; none, sqrt, every:K or selective", field="checkpoint")
-    optimizer = _enum(table, "optimizer", ("sgd", "momentum", "adam"), "sgd")
-    assert optimizer
-    return Measurement(
-        id=ident, machine=machine, metric=metric, value=value, source=source,
-        reliability=reliability, notes=notes, network=network, batch=batch, updates=updates,
-        phase=phase, dtype=dtype, seq_len=_int(table, "seq_len"), checkpoint=checkpoint,
-        optimizer=optimizer, check=check, year=year, explanation=explanation,
-    )
+        add(f"per-example updates take batch = 1, got {values['batch']}", "batch")
 
 
-def _line_of_id(text: str, ident: Any) -> int | None:
-    """The line where ``id = "<ident>"`` is written, so an error points at its table."""
-    if not isinstance(ident, str):
-        return None
-    pattern = re.compile(r"^\s*id\s*=\s*([\"'])" + re.escape(ident) + r"\1", re.MULTILINE)
-    m = pattern.search(text)
-    return text.count("\n", 0, m.start()) + 1 if m else None
+def _check_workload(raw: dict[str, Any], values: dict[str, Any], problems: Problems, where: str) -> None:
+    """Exactly one workload, and the keys and metrics that fit it."""
+    def add(reason: str, key: str) -> None:
+        problems.add(reason, f"{where}.{key}")
+
+    if ("network" in raw) == ("gemm" in raw):
+        add("give exactly one workload: 'network' (with 'batch') or 'gemm' (with 'dtype')",
+            "gemm" if "gemm" in raw else "network")
+    elif "gemm" in raw:
+        _check_gemm(raw, values, add)
+    else:
+        _check_step(raw, values, add)
 
 
-def _line_of_table(text: str, index: int) -> int | None:
-    """The line of the index-th ``[[measurement]]`` header (0-based)."""
-    headers = [m.start() for m in re.finditer(r"^\s*\[\[\s*measurement\s*\]\]", text, re.MULTILINE)]
-    if index < len(headers):
-        return text.count("\n", 0, headers[index]) + 1
-    return None
+def _measurements(raw: list[Any], values: list[dict[str, Any]], problems: Problems) -> list[Measurement]:
+    """The measurements of a file's checked tables; none if any problem was found."""
+    seen: dict[str, int] = {}
+    for index, (table, checked) in enumerate(zip(raw, values, strict=True)):
+        ident = checked.get("id")
+        where = f"measurement[{ident}]" if ident else f"measurement[{index}]"
+        _check_workload(table, checked, problems, where)
+        if ident in seen:
+            problems.add(f"duplicate id {ident!r} (also measurement {seen[ident]} of this file)", f"{where}.id")
+        seen.setdefault(ident, index)
+    if problems.errors:
+        return []
+    fields = Measurement.__dataclass_fields__
+    return [Measurement(**{k: v for k, v in checked.items() if k in fields}, file=problems.file,
+                        line=problems.line_of(f"measurement[{checked['id']}].id")) for checked in values]
+
+
+def check_measurement_file(path: str | Path) -> tuple[list[Measurement], list[InputError]]:
+    """Every measurement of one file and every problem in it (an empty list: valid)."""
+    path = Path(path)
+    try:
+        data, text = read_toml(path)
+    except InputError as err:
+        return [], [err]
+    problems = Problems(str(path), text)
+    values = walk(data, FILE, problems)
+    raw = data.get("measurement")
+    found = _measurements(raw, values["measurement"], problems) if "measurement" in values else []
+    return found, problems.errors
 
 
 def load_measurement_file(path: str | Path) -> list[Measurement]:
     """Every ``[[measurement]]`` of one file, checked; duplicate ids inside the file refused."""
-    path = Path(path)
-    data = load_toml(path)
-    text = path.read_text(encoding="utf-8")
-    unknown = sorted(set(data) - set(TOP_LEVEL_KEYS))
-    if unknown:
-        raise InputError(
-            f"unknown top-level key(s) {', '.join(unknown)}; expected [[measurement]] tables",
-            file=str(path), field=unknown[0],
-        )
-    tables = data.get("measurement")
-    if not isinstance(tables, list) or not tables:
-        raise InputError("needs at least one [[measurement]] table", file=str(path), field="measurement")
-    out: list[Measurement] = []
-    seen: dict[str, int] = {}
-    for index, table in enumerate(tables):
-        ident = table.get("id") if isinstance(table, dict) else None
-        line = _line_of_id(text, ident) or _line_of_table(text, index)
-        label = f"measurement[{ident}]" if isinstance(ident, str) and ident else f"measurement[{index}]"
-        try:
-            m = parse_measurement(table)
-        except InputError as err:
-            raise err.within(file=str(path), field_prefix=label, line=line) from None
-        if m.id in seen:
-            raise InputError(
-                f"duplicate id {m.id!r} (also measurement {seen[m.id]} of this file)",
-                file=str(path), line=line, field=f"{label}.id",
-            )
-        seen[m.id] = index
-        out.append(_placed(m, str(path), line))
-    return out
-
-
-def _placed(m: Measurement, file: str, line: int | None) -> Measurement:
-    from dataclasses import replace
-
-    return replace(m, file=file, line=line)
+    found, errors = check_measurement_file(path)
+    problems = Problems()
+    problems.errors = errors
+    problems.raise_first()
+    return found
 
 
 def measurement_files(folder: str | Path | None = None) -> list[Path]:

@@ -29,6 +29,7 @@ from typing import Any
 from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import Case
+from ..vocabulary import PHASES, UPDATES, parse_checkpoint
 from .store import Store, dumps, write_tables
 
 Runner = Callable[..., Mapping[str, Any]]
@@ -45,9 +46,6 @@ WINDOW_NETWORK = "gpt2-small"
 MODERN_KINDS = ("gpu", "tpu", "wafer")
 # The batch window is drawn for a few modern machines, one line each, so it stays legible.
 WINDOW_MACHINES = ("v100-sxm2", "a100-sxm", "h100-sxm", "b200", "mi300x", "tpu-v4", "tpu-v5p")
-CHECKPOINTS = ("none", "sqrt", "selective")
-UPDATES = ("per-example", "minibatch")
-PHASES = ("train", "forward")
 EXECUTORS = ("local", "dask")
 
 # The leading columns of results.csv, in this order; per-level columns follow.
@@ -298,14 +296,8 @@ def _dedupe(cases: Iterable[Case]) -> list[Case]:
 
 
 def check_checkpoint(value: str) -> str:
-    if value in CHECKPOINTS:
-        return value
-    if value.startswith("every:"):
-        k = value.split(":", 1)[1]
-        if k.isdigit() and int(k) >= 1:
-            return value
-    raise InputError(f"unknown checkpointing '{value}' (use none, sqrt, selective or every:K with K >= 1)",
-                     field="checkpoint")
+    parse_checkpoint(value)
+    return value
 
 
 def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:

@@ -1,0 +1,53 @@
+"""What every subcommand prints the same way: JSON documents and validation reports.
+
+Owns :func:`print_json` (every JSON document the CLI prints carries
+``"schema_version"``, :data:`memwall.schema.SCHEMA_VERSION`, added here and nowhere
+else; a list carries it in each object, so a reader of the list keeps working) and
+:func:`report` (``memwall machines validate`` / ``memwall networks validate``: every
+problem of every file, the counts on stderr, exit 1 if any file is invalid).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..errors import InputError
+from ..schema import SCHEMA_VERSION
+
+
+def stamped(document: Any) -> Any:
+    """``document`` with the schema version first in it (in each object of a list)."""
+    if isinstance(document, dict):
+        return {"schema_version": SCHEMA_VERSION, **document}
+    if isinstance(document, list):
+        return [stamped(item) if isinstance(item, dict) else item for item in document]
+    return document
+
+
+def print_json(document: Any, indent: int = 1, default: Callable[[Any], Any] | None = None) -> None:
+    json.dump(stamped(document), sys.stdout, indent=indent, default=default)
+    print()
+
+
+def report(paths: Iterable[str], check: Callable[[str], tuple[list[InputError], list[InputError]]],
+           strict: bool = False) -> int:
+    """Print each file's problems (and warnings); 0 if every file is valid, else 1.
+
+    ``check(path)`` gives (problems, warnings); ``strict`` counts warnings as problems.
+    """
+    paths = list(paths)
+    bad = warned = 0
+    for path in paths:
+        errors, warnings = check(path)
+        for err in errors:
+            print(str(err))
+        for warning in warnings:
+            print(("" if strict else "warning: ") + str(warning))
+        bad += bool(errors or (strict and warnings))
+        warned += len(warnings)
+    extra = f"; {warned} warning(s){' (counted as problems: --strict)' if strict else ''}" if warned else ""
+    print(f"{len(paths) - bad} of {len(paths)} file(s) valid{extra}", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,53 @@
+"""The machine memwall runs on: what the operating system states, what we measure, and
+the profile that says both; ``memwall machines detect`` (:mod:`memwall.cli.detect`) is a
+thin wrapper.
+
+Three jobs, three modules: :mod:`.probe` reads the OS (caches, clock, memory, CPU, BLAS),
+:mod:`.measure` runs the measurement kernels and gathers everything into a
+:class:`Detected`, and :mod:`.profile` writes the profile through the machine-profile
+declaration. The NumPy training step that the host check times lives with that
+experiment (``experiments/host_check.py``), not here.
+"""
+
+from .measure import (
+    KERNEL_BYTES,
+    TLB_WINDOW,
+    BandwidthResult,
+    Detected,
+    LatencyPoint,
+    PeakResult,
+    chase_array,
+    detect,
+    measure_bandwidth,
+    measure_latency,
+    measure_peak,
+)
+from .probe import (
+    SYS_CPU,
+    BlasInfo,
+    CacheInfo,
+    CpuInfo,
+    blas_info,
+    level_geometry,
+    read_caches,
+    read_clock,
+    read_cpu,
+    read_memory_size,
+)
+from .profile import (
+    DETECT_SOURCE,
+    Blocking,
+    blocking,
+    profile_table,
+    profile_toml,
+    simd_lanes,
+    summary,
+    write_profile,
+)
+
+__all__ = [
+    "DETECT_SOURCE", "KERNEL_BYTES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking", "CacheInfo",
+    "CpuInfo", "Detected", "LatencyPoint", "PeakResult", "blas_info", "blocking", "chase_array", "detect",
+    "level_geometry", "measure_bandwidth", "measure_latency", "measure_peak", "profile_table", "profile_toml",
+    "read_caches", "read_clock", "read_cpu", "read_memory_size", "simd_lanes", "summary", "write_profile",
+]
