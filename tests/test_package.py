@@ -43,7 +43,13 @@ def test_era_data_found_from_another_folder(tmp_path):
 
 def test_every_subcommand_has_help():
     parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    subcommands = parser._subparsers._group_actions[0]  # noqa: SLF001
+    summaries = {action.dest: action.help for action in subcommands._choices_actions}  # noqa: SLF001
+    listing = " ".join(parser.format_help().split())
     for name in ("machines", "networks", "step", "inspect", "replay", "trace", "sweep", "report", "validate"):
-        assert name in commands, f"memwall {name} is missing"
-        assert commands[name].description or commands[name].format_help()
+        assert name in subcommands.choices, f"memwall {name} is missing"
+        # a line in `memwall --help`, and a description of its own in `memwall NAME --help`
+        assert summaries.get(name), f"memwall {name} has no one-line help"
+        assert " ".join(summaries[name].split()) in listing
+        description = subcommands.choices[name].description
+        assert description and description.strip(), f"memwall {name} has no description"
