@@ -57,10 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_cases(args: argparse.Namespace, cat=None) -> list:
+def build_cases(args: argparse.Namespace) -> list:
     from ..experiments import sweep as sw
 
-    cat = cat or sw.Catalogue()
     machines = _split(args.machines)
     networks = _split(args.networks)
     batches = _batches(args.batches)
@@ -68,14 +67,14 @@ def build_cases(args: argparse.Namespace, cat=None) -> list:
     for ck in checkpoints or ():
         sw.check_checkpoint(ck)
     if machines is None and networks is None and batches is None and checkpoints is None:
-        cases = sw.study(cat, quick=args.quick)
+        cases = sw.study(quick=args.quick)
     else:
-        known = cat.network_ids()
+        known = sw.network_ids()
         default_nets = [n for n in sw.CLASSICS if n in known]
         if args.quick:
             default_nets = default_nets[:3]
         cases = sw.product(
-            machines if machines is not None else cat.machine_ids(),
+            machines if machines is not None else sw.machine_ids(),
             networks if networks is not None else default_nets,
             batches if batches is not None else [1],
             checkpoints if checkpoints is not None else ["none"],
@@ -87,13 +86,12 @@ def build_cases(args: argparse.Namespace, cat=None) -> list:
 def run(args: argparse.Namespace) -> int:
     from ..experiments import sweep as sw
 
-    cat = sw.Catalogue()
     sw.check_executor(args.executor, args.jobs, args.scheduler)
-    cases = build_cases(args, cat)
-    sw.validate(cases, cat)  # every argument checked before any case runs
+    cases = build_cases(args)
+    sw.validate(cases)  # every argument checked before any case runs
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
-                          catalogue=cat, progress=not args.no_progress)
+                          progress=not args.no_progress)
     elapsed = time.monotonic() - start
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "
           f"in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
