@@ -12,7 +12,6 @@ import sys
 import time
 from typing import Any
 
-from ..errors import InputError
 from ..traces import FORMATS
 
 _CLASSIFY_KEYS = ("compulsory", "capacity", "conflict")
@@ -44,10 +43,8 @@ def _levels(args: argparse.Namespace) -> list[Any]:
         from ..levels import load_hierarchy_file
 
         return load_hierarchy_file(args.hierarchy)
-    try:
-        from ..profiles import load_machine
-    except ImportError as err:
-        raise InputError(f"machine profiles are not available in this build: {err}", field="--machine") from None
+    from ..profiles import load_machine
+
     return list(load_machine(args.machine).cache_levels)
 
 
