@@ -13,20 +13,21 @@ import time
 from typing import Any
 
 from ..traces import FORMATS
+from . import add_command
 
 _CLASSIFY_KEYS = ("compulsory", "capacity", "conflict")
 
 
+DESCRIPTION = (
+    "Replay a trace (DineroIV din, extended din 'r|w addr size', valgrind lackey, or "
+    "an npz of addr/size/is_write; gzip accepted) through the cache levels of a "
+    "hierarchy file or a machine profile, and print per-level counts."
+)
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "replay",
-        help="replay a trace file through a cache hierarchy",
-        description=(
-            "Replay a trace (DineroIV din, extended din 'r|w addr size', valgrind lackey, or "
-            "an npz of addr/size/is_write; gzip accepted) through the cache levels of a "
-            "hierarchy file or a machine profile, and print per-level counts."
-        ),
-    )
+    p = add_command(subparsers, "replay", cmd_replay, help="replay a trace file through a cache hierarchy",
+                    description=DESCRIPTION)
     p.add_argument("trace", metavar="TRACE", help="the trace file")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--hierarchy", metavar="FILE.toml", help="a file of [[level]] tables")
@@ -35,7 +36,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--flush", action="store_true", help="write back every dirty line at the end")
     p.add_argument("--classify", action="store_true", help="split misses into compulsory/capacity/conflict")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_replay)
 
 
 def _levels(args: argparse.Namespace) -> list[Any]:

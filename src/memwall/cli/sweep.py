@@ -13,6 +13,9 @@ import time
 from dataclasses import replace
 
 from ..errors import InputError
+from . import add_command
+
+DESCRIPTION = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " ")
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -36,11 +39,8 @@ def _batches(values: list[str] | None) -> list[int] | None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "sweep",
-        help="sweep machines × networks × batches (× checkpointing), in parallel and resumable",
-        description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " "),
-    )
+    p = add_command(subparsers, "sweep", run, description=DESCRIPTION,
+                    help="sweep machines × networks × batches (× checkpointing), in parallel and resumable")
     p.add_argument("--machines", nargs="+", metavar="ID", help="machine ids or profile paths (BASE@bw=B/s for synthetic)")
     p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids")
     p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
@@ -54,7 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def build_cases(args: argparse.Namespace) -> list:
