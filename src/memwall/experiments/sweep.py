@@ -340,42 +340,34 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
     }
     if error or result is None:
         return row
-    cycles = result.get("cycles") or {}
-    total = float(cycles.get("total") or 0.0)
-    frac = float(result.get("fraction_of_peak") or 0.0)
-    achieved = _num(result.get("achieved_flops"))
-    peak = _num(result.get("peak_flops")) or (achieved / frac if achieved and frac else None)
+    # result is memwall.simulate.result_dict's: every key below is always there.
+    cycles = result["cycles"]
+    total = float(cycles["total"])
     row.update({
-        "seconds": _num(result.get("seconds")),
-        "stall_fraction": _num(result.get("stall_fraction")),
-        "fraction_of_peak": _num(result.get("fraction_of_peak")),
-        "cups": _num(result.get("cups")),
-        "flops": _num(result.get("flops")),
-        "achieved_flops": achieved,
-        "peak_flops": peak,
-        "bound": result.get("bound"),
+        "seconds": float(result["seconds"]),
+        "stall_fraction": float(result["stall_fraction"]),
+        "fraction_of_peak": float(result["fraction_of_peak"]),
+        "cups": float(result["cups"]),
+        "flops": float(result["flops"]),
+        "achieved_flops": float(result["achieved_flops"]),
+        "peak_flops": float(result["peak_flops"]),
+        "bound": result["bound"],
         "cycles_total": total,
-        "compute_fraction": _share(cycles.get("compute"), total),
-        "overhead_fraction": _share(cycles.get("overhead"), total),
-    })
-    if result.get("dtype") or case.dtype:
-        row["dtype"] = result.get("dtype") or case.dtype
-    if peak and m.bandwidth:
+        "compute_fraction": _share(cycles["compute"], total),
+        "overhead_fraction": _share(cycles["overhead"], total),
+        "dtype": result["dtype"],
         # Balance for the dtype this case computes in (the peak run_case timed against).
-        row["balance"] = peak / m.bandwidth
-    for level, c in (cycles.get("stall") or {}).items():
+        "balance": float(result["peak_flops"]) / m.bandwidth,
+    })
+    for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)
-    for level, b in (result.get("bytes") or {}).items():
-        row[f"bytes_{level}"] = _num(b)
+    for level, b in result["bytes"].items():
+        row[f"bytes_{level}"] = float(b)
     return row
 
 
-def _num(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def _share(part: Any, total: float) -> float | None:
-    return float(part) / total if part is not None and total else None
+def _share(part: float, total: float) -> float | None:
+    return float(part) / total if total else None
 
 
 def row_order(row: Mapping[str, Any]) -> tuple:
