@@ -53,3 +53,15 @@ def test_every_subcommand_has_help():
         assert " ".join(summaries[name].split()) in listing
         description = subcommands.choices[name].description
         assert description and description.strip(), f"memwall {name} has no description"
+
+
+def test_library_code_leaves_the_matplotlib_backend_to_the_caller():
+    import ast
+
+    calls = []
+    for path in sorted((ROOT / "src" / "memwall").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "use"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "matplotlib"):
+                calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not calls, f"matplotlib.use in library code: {calls}"

@@ -89,12 +89,12 @@ SAMPLE_FLOOR = 1_000_000
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
-    When the step's live data fits twice over in the caches, the kernel list is replayed
-    once to warm them and counted on the second pass: a training run repeats its steps,
-    so the steady state is what a measured step shows. When the step needs more than
-    ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data overflows the
-    caches twice over gets its share of the budget (at least ``SAMPLE_FLOOR``) and is
-    sampled (``LoopNest.sample``), unless ``exact``.
+    When the step's peak live bytes are at most twice the caches' total size, the kernel
+    list is replayed once to warm them and counted on the second pass: a training run
+    repeats its steps, so the steady state is what a measured step shows. When the step
+    needs more than ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data
+    takes at least twice the caches gets its share of the budget (at least
+    ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
     """
     levels = machine.cache_levels
     hierarchy = Hierarchy(levels)
