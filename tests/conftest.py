@@ -1,6 +1,9 @@
-"""Shared pytest set-up: figures render off-screen, and each test starts with none open."""
+"""Shared pytest set-up: figures render off-screen, each test starts with none open, and
+one small real sweep per session serves the sweep, figure and report tests."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +42,39 @@ def tiny_gpt(tmp_path):
         return load_network(path)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def sweep_cases() -> list:
+    """A few cheap real cases with data for every simulated figure: 1980s machines and an
+    H100 on classic networks per-example (batches 1 and 2 on the old ones), the H100's
+    batch window, and the H100 with its memory bandwidth over four decades."""
+    from memwall.experiments import sweep as sw
+
+    old, new, nets = ["vax-11-780", "cray-1"], "h100-sxm", ["nettalk", "encoder-8-3-8"]
+    cases = sw.product(old, nets, [1, 2], updates="per-example")
+    cases += sw.product([new], nets, [1], updates="per-example")
+    cases += sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
+    cases += sw.product(sw.synthetic_machines(new, decades=4, per_decade=1), nets[:1], [1],
+                        updates="per-example")
+    return cases
+
+
+@pytest.fixture(scope="session")
+def quick_sweep(tmp_path_factory, sweep_cases):
+    """:func:`memwall.experiments.sweep.run_sweep` of ``sweep_cases``, run once per session.
+    Its folder is shared: a test that writes there copies it first."""
+    from memwall.experiments import sweep as sw
+
+    result = sw.run_sweep(sweep_cases, tmp_path_factory.mktemp("quick-sweep"), jobs=2, progress=False)
+    assert not result.failed, result.failed
+    return result
+
+
+@pytest.fixture(scope="session")
+def fast_measurements() -> Path:
+    """Published single GEMMs, which predict in seconds (the shipped set's GPT-3 step
+    would take twenty)."""
+    from memwall.data import era_data_dir
+
+    return era_data_dir() / "measurements" / "deepbench_v100.toml"

@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import test_sweep as ts  # the sweep tests' cases, runner and catalogue (real once the stages exist)
 
-from memwall.data import era_data_dir
 from memwall.experiments import figures as fg
-from memwall.experiments import sweep as sw
-
-# Single GEMMs predict in seconds; the shipped set's GPT-3 step would take twenty.
-FAST_MEASUREMENTS = era_data_dir() / "measurements" / "deepbench_v100.toml"
 
 
-@pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    """A small sweep with data for every simulated figure: per-example, batches, synthetic."""
-    cat = ts.CAT
-    old, new, nets = "vax-11-780", "h100-sxm", ["nettalk", "encoder-8-3-8"]
-    window = sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
-    cases = sw.product([old, "cray-1", new], nets, [1], updates="per-example") + window
-    cases += sw.product(sw.synthetic_machines(cat, new, decades=4, per_decade=1), nets[:1], [1],
-                        updates="per-example")
-    out = tmp_path_factory.mktemp("sweep")
-    res = sw.run_sweep(cases, out, jobs=2, catalogue=ts.CAT, progress=False)
-    assert not res.failed, res.failed
-    return res.rows
-
-
-def test_every_figure_is_written_and_not_empty(tmp_path, pyplot, rows):
+def test_every_figure_is_written_and_not_empty(tmp_path, pyplot, quick_sweep, fast_measurements):
     machines = fg.machine_table()
     ledger = fg.ledger_table(batches=(1, 64, 1024, 4096))
-    written = fg.write_figures(tmp_path, rows, machines=machines, ledger=ledger, measurements=FAST_MEASUREMENTS)
+    written = fg.write_figures(tmp_path, quick_sweep.rows, machines=machines, ledger=ledger,
+                               measurements=fast_measurements)
     assert sorted(written) == sorted(fg.NAMES)
     for name, paths in written.items():
         assert [p.suffix for p in paths] == [".png", ".svg"]

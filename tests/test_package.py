@@ -43,7 +43,25 @@ def test_era_data_found_from_another_folder(tmp_path):
 
 def test_every_subcommand_has_help():
     parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    subcommands = parser._subparsers._group_actions[0]  # noqa: SLF001
+    summaries = {action.dest: action.help for action in subcommands._choices_actions}  # noqa: SLF001
+    listing = " ".join(parser.format_help().split())
     for name in ("machines", "networks", "step", "inspect", "replay", "trace", "sweep", "report", "validate"):
-        assert name in commands, f"memwall {name} is missing"
-        assert commands[name].description or commands[name].format_help()
+        assert name in subcommands.choices, f"memwall {name} is missing"
+        # a line in `memwall --help`, and a description of its own in `memwall NAME --help`
+        assert summaries.get(name), f"memwall {name} has no one-line help"
+        assert " ".join(summaries[name].split()) in listing
+        description = subcommands.choices[name].description
+        assert description and description.strip(), f"memwall {name} has no description"
+
+
+def test_library_code_leaves_the_matplotlib_backend_to_the_caller():
+    import ast
+
+    calls = []
+    for path in sorted((ROOT / "src" / "memwall").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "use"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "matplotlib"):
+                calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not calls, f"matplotlib.use in library code: {calls}"

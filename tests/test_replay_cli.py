@@ -100,12 +100,8 @@ def test_machine_option(files, capsys):
     _, path, _ = files
     from memwall import profiles
 
-    if not hasattr(profiles, "load_machine"):
-        pytest.skip("memwall.profiles.load_machine not written yet")
-    ids = profiles.machine_ids() if hasattr(profiles, "machine_ids") else []
-    machine = next((i for i in ids if profiles.load_machine(i).cache_levels), None)
-    if machine is None:
-        pytest.skip("no shipped machine with cache levels")
+    machine = next((i for i in profiles.machine_ids() if profiles.load_machine(i).cache_levels), None)
+    assert machine is not None, "no shipped machine has cache levels"
     assert main(["replay", str(path), "--machine", machine, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [lv["name"] for lv in out["levels"]] == [lv.name for lv in profiles.load_machine(machine).cache_levels]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +18,13 @@ from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store, read_rows
 from memwall.simulate import Case
 
-# A few cheap real cases: 1980s machines, classic networks, per-example updates.
+# A few cheap real cases for the tests that need a fresh folder: 1980s machines, classic
+# networks, per-example updates (all of them among the session sweep's cases).
 OLD = "vax-11-780"
 CASES = sw.product([OLD, "cray-1"], ["nettalk", "encoder-8-3-8"], [1, 2], updates="per-example")
-CAT = sw.Catalogue()
 
 
 def run(out, cases=CASES, **kw):
-    kw.setdefault("catalogue", CAT)
     kw.setdefault("progress", False)
     return sw.run_sweep(cases, out, **kw)
 
@@ -33,35 +32,34 @@ def run(out, cases=CASES, **kw):
 # --------------------------------------------------------------------------------------
 
 
-def test_rerun_gives_identical_rows_and_recomputes_nothing(tmp_path):
-    first = run(tmp_path / "a", jobs=2)
-    assert first.computed == len(CASES) and first.reused == 0 and not first.failed
-    csv1 = (tmp_path / "a" / "results.csv").read_bytes()
-    json1 = (tmp_path / "a" / "results.json").read_bytes()
-    second = run(tmp_path / "a", jobs=2)
-    assert second.computed == 0 and second.reused == len(CASES)
-    assert (tmp_path / "a" / "results.csv").read_bytes() == csv1
-    assert (tmp_path / "a" / "results.json").read_bytes() == json1
+def test_rerun_gives_identical_rows_and_recomputes_nothing(tmp_path, quick_sweep, sweep_cases):
+    assert quick_sweep.computed == len(sweep_cases) and quick_sweep.reused == 0
+    csv1 = (quick_sweep.out / "results.csv").read_bytes()
+    json1 = (quick_sweep.out / "results.json").read_bytes()
+    again = tmp_path / "again"
+    shutil.copytree(quick_sweep.out / "cases", again / "cases")
+    second = run(again, sweep_cases, jobs=2)
+    assert second.computed == 0 and second.reused == len(sweep_cases)
+    assert (again / "results.csv").read_bytes() == csv1
+    assert (again / "results.json").read_bytes() == json1
     # A fresh folder, run in one process, gives the same bytes: parallelism changes nothing.
-    run(tmp_path / "b", jobs=1)
-    assert (tmp_path / "b" / "results.csv").read_bytes() == csv1
+    run(tmp_path / "serial", sweep_cases, jobs=1)
+    assert (tmp_path / "serial" / "results.csv").read_bytes() == csv1
     header = csv1.decode().splitlines()[0].split(",")
     for col in ("machine", "year", "kind", "balance", "network", "batch", "checkpoint", "updates",
                 "seconds", "stall_fraction", "fraction_of_peak", "cups"):
         assert col in header
     assert any(c.startswith("stall_") and c != "stall_fraction" for c in header)
-    rows = read_rows(tmp_path / "a")
-    assert len(rows) == len(CASES)
-    assert len({(r["machine"], r["network"], r["batch"]) for r in rows}) == len(CASES)
+    rows = read_rows(quick_sweep.out)
+    assert len(rows) == len(sweep_cases)
+    assert len({(r["machine"], r["network"], r["batch"]) for r in rows}) == len(sweep_cases)
 
 
-def test_killed_halfway_resumes_with_every_case_once(tmp_path):
+def test_killed_halfway_resumes_with_every_case_once(tmp_path, quick_sweep, sweep_cases):
     out = tmp_path / "sweep"
     cases_json = json.dumps([c.as_dict() for c in CASES])
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import test_sweep as t
         from memwall.experiments import sweep as sw
         from memwall.simulate import Case
         cases = [Case(**d) for d in json.loads({cases_json!r})]
@@ -69,7 +67,7 @@ def test_killed_halfway_resumes_with_every_case_once(tmp_path):
             import time
             time.sleep(0.4)
             return sw._default_runner(case, machine)
-        sw.run_sweep(cases, {str(out)!r}, jobs=1, runner=slow, catalogue=t.CAT, progress=False)
+        sw.run_sweep(cases, {str(out)!r}, jobs=1, runner=slow, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     store = Store(out)
@@ -96,17 +94,18 @@ def test_killed_halfway_resumes_with_every_case_once(tmp_path):
     assert len(store.keys()) == len(CASES)
     for k, data in before.items():  # what survived the kill was reused, not rewritten
         assert store.path(k).read_bytes() == data
-    # ... and the resumed sweep equals one that was never interrupted.
-    run(tmp_path / "clean", jobs=1)
-    assert (out / "results.csv").read_bytes() == (tmp_path / "clean" / "results.csv").read_bytes()
+    # ... and the resumed sweep equals one that was never interrupted, case by case.
+    assert set(CASES) <= set(sweep_cases)
+    clean = Store(quick_sweep.out)
+    for key in store.keys():
+        assert store.get(key)["row"] == clean.get(key)["row"]
 
 
-def test_dask_gives_the_same_rows_as_local(tmp_path):
-    pytest.importorskip("dask.distributed")
-    run(tmp_path / "local", jobs=2)
-    res = run(tmp_path / "dask", jobs=2, executor="dask")
-    assert res.computed == len(CASES)
-    assert (tmp_path / "dask" / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
+def test_dask_gives_the_same_rows_as_local(tmp_path, quick_sweep, sweep_cases):
+    pytest.importorskip("dask.distributed")  # an optional extra: memwall[dask]
+    res = run(tmp_path / "dask", sweep_cases, jobs=2, executor="dask")
+    assert res.computed == len(sweep_cases)
+    assert (tmp_path / "dask" / "results.csv").read_bytes() == (quick_sweep.out / "results.csv").read_bytes()
 
 
 def failing_runner(case: Case, machine=None):
@@ -159,18 +158,29 @@ def test_bad_executor_arguments(tmp_path):
 
 
 def test_keys_follow_the_profile_and_the_configuration():
-    cat = CAT
     a = Case(machine=OLD, network="nettalk", batch=1)
-    assert sw.case_key(a, cat) == sw.case_key(Case(machine=OLD, network="nettalk", batch=1), cat)
-    assert sw.case_key(a, cat) != sw.case_key(Case(machine=OLD, network="nettalk", batch=2), cat)
-    assert sw.case_key(a, cat) != sw.case_key(Case(machine=OLD + "@bw=1e9", network="nettalk"), cat)
+    assert sw.case_key(a) == sw.case_key(Case(machine=OLD, network="nettalk", batch=1))
+    assert sw.case_key(a) != sw.case_key(Case(machine=OLD, network="nettalk", batch=2))
+    assert sw.case_key(a) != sw.case_key(Case(machine=OLD + "@bw=1e9", network="nettalk"))
+
+
+def test_fingerprint_is_what_a_profile_says_not_where_it_lies(tmp_path):
+    from memwall.profiles import load_machine
+
+    text = load_machine(OLD).path.read_text()
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "edit").mkdir()
+    copy, edit = tmp_path / "copy" / f"{OLD}.toml", tmp_path / "edit" / f"{OLD}.toml"
+    copy.write_text(text)
+    edit.write_text(text.replace('name = "', 'name = "edited ', 1))
+    assert sw.machine_info(str(copy)).fingerprint == sw.machine_info(OLD).fingerprint
+    assert sw.machine_info(str(edit)).fingerprint != sw.machine_info(OLD).fingerprint
 
 
 def test_synthetic_machines_span_four_decades_of_balance():
-    cat = CAT
-    base = sw._synthetic_base(cat, sw._modern(cat, cat.machine_ids()))
-    specs = sw.synthetic_machines(cat, base, decades=4, per_decade=1)
-    balances = [cat.machine(s).balance() for s in specs]
+    base = sw._synthetic_base(sw._modern(sw.machine_ids()))
+    specs = sw.synthetic_machines(base, decades=4, per_decade=1)
+    balances = [sw.machine_info(s).balance() for s in specs]
     assert len(specs) == 5
     assert balances[0] == pytest.approx(1.0, rel=1e-5)
     assert balances[-1] == pytest.approx(1e4, rel=1e-5)

@@ -28,7 +28,7 @@ def make_machine(model: str, *, params=None, issue=None, levels=(), bandwidth=10
 
 
 def traffic(levels, *, reads=0, writes=0, nbytes=0, inner=0, vector=0) -> KernelTraffic:
-    return KernelTraffic(reads, writes, nbytes, inner, vector, tuple(levels))
+    return KernelTraffic(reads, writes, inner, vector, tuple(levels))
 
 
 def mem(nbytes, fetches, machine) -> LevelTraffic:
@@ -132,3 +132,64 @@ def test_missing_parameter_is_named():
     m = make_machine("vector", params={})
     with pytest.raises(InputError, match="memory_ports"):
         run(m, traffic([mem(8, 0, m)]), flops=2, dtype="fp32")
+
+
+def test_every_model_a_profile_may_name_has_a_function():
+    from memwall.profiles import TIMING_MODELS
+    from memwall.timing import MODELS
+
+    assert sorted(MODELS) == sorted(TIMING_MODELS)
+
+
+@pytest.mark.parametrize("model", ["in_order", "overlapped", "throughput", "vector"])
+def test_terms_and_stall_name_every_level_in_order(model):
+    params = {"memory_ports": 1, "overlap": "sum", "mlp": 2, "launch_overhead": 1e-6}
+    l1 = LevelSpec("L1", 8192, 64, 2, latency=2e-9, bandwidth=50e9)
+    m = make_machine(model, params=params, issue={"fadd": 1e-9}, levels=[l1])
+    tr = traffic([LevelTraffic("L1", 10 ** 6, 10 ** 4, 50e9, 2e-9), mem(10 ** 5, 10 ** 3, m)],
+                 reads=10 ** 4, nbytes=10 ** 6, vector=10)
+    t = run(m, tr, flops=10 ** 5, ops={"add": 10 ** 5}, repeat=3)
+    assert list(t.terms) == list(t.stall) == ["L1", MEMORY]
+    assert all(v >= 0 for v in (*t.terms.values(), *t.stall.values()))
+    # terms are one run's; stall, compute and overhead are scaled by repeat
+    one = run(m, tr, flops=10 ** 5, ops={"add": 10 ** 5})
+    assert t.terms == one.terms
+    assert t.seconds == pytest.approx(3 * one.seconds)
+
+
+def test_in_order_terms_are_each_levels_latency_or_its_floor():
+    l1 = LevelSpec("L1", 8192, 16, 2, latency=2e-9, bandwidth=None)
+    l2 = LevelSpec("L2", 65536, 16, 4, latency=20e-9, bandwidth=1e9)
+    m = make_machine("in_order", issue={"fadd": 1e-9}, levels=[l1, l2], latency=300e-9, bandwidth=1e6)
+    tr = traffic([LevelTraffic("L1", 4000, 900, None, 2e-9), LevelTraffic("L2", 1600, 50, 1e9, 20e-9),
+                  mem(1000, 10, m)], reads=1000, nbytes=4000)
+    t = run(m, tr, flops=100, ops={"add": 100})
+    # L1's hits are in the issue cost; L2 waits its latency; memory's bandwidth floor binds
+    assert t.terms == pytest.approx({"L1": 0.0, "L2": max(50 * 20e-9, 1600 / 1e9), MEMORY: 1000 / 1e6})
+    serial = 100e-9 + 50 * 20e-9 + 10 * 300e-9
+    assert t.stall["L2"] == pytest.approx(50 * 20e-9)
+    assert t.stall[MEMORY] == pytest.approx(10 * 300e-9 + (1000 / 1e6 - serial))
+    assert t.seconds == pytest.approx(1000 / 1e6)
+
+
+def test_throughput_splits_the_excess_over_the_levels_above_compute():
+    l2 = LevelSpec("L2", 1 << 20, 128, 16, latency=200e-9, bandwidth=2e12)
+    m = make_machine("throughput", params={"launch_overhead": 0.0}, levels=[l2], bandwidth=1e12)
+    # compute 1 ms; L2 3 ms; memory 5 ms: data 5 ms, excess 4 ms split 2:4
+    tr = traffic([LevelTraffic("L2", 6e9, 0, 2e12, 200e-9), mem(5e9, 0, m)])
+    t = run(m, tr, flops=10 ** 9)
+    assert t.compute == pytest.approx(1e-3)
+    assert t.stall["L2"] == pytest.approx(4e-3 * 2 / 6)
+    assert t.stall[MEMORY] == pytest.approx(4e-3 * 4 / 6)
+    assert t.seconds == pytest.approx(5e-3)
+    assert t.bound == MEMORY
+
+
+def test_unknown_model_and_overlap_are_input_errors():
+    m = make_machine("throughput")
+    bad = dataclasses.replace(m, timing=TimingSpec("quantum", {}))
+    with pytest.raises(InputError, match="unknown timing model 'quantum'"):
+        run(bad, traffic([mem(8, 0, m)]), flops=2)
+    odd = make_machine("overlapped", params={"overlap": "min"})
+    with pytest.raises(InputError, match="overlap must be 'sum' or 'max'"):
+        run(odd, traffic([mem(8, 0, odd)]), flops=2)

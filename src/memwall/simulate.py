@@ -89,12 +89,12 @@ SAMPLE_FLOOR = 1_000_000
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
-    When the step's live data fits twice over in the caches, the kernel list is replayed
-    once to warm them and counted on the second pass: a training run repeats its steps,
-    so the steady state is what a measured step shows. When the step needs more than
-    ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data overflows the
-    caches twice over gets its share of the budget (at least ``SAMPLE_FLOOR``) and is
-    sampled (``LoopNest.sample``), unless ``exact``.
+    When the step's peak live bytes are at most twice the caches' total size, the kernel
+    list is replayed once to warm them and counted on the second pass: a training run
+    repeats its steps, so the steady state is what a measured step shows. When the step
+    needs more than ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data
+    takes at least twice the caches gets its share of the budget (at least
+    ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
     """
     levels = machine.cache_levels
     hierarchy = Hierarchy(levels)
@@ -139,15 +139,14 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
                     repeat=kernel.repeat,
                 )
             )
-    dtype = step.config.dtype if step.config is not None else step.kernels[0].dtype
     return StepTiming(
         machine=machine,
         kernels=timings,
         iterations=step.iterations,
         examples=step.examples,
         connections=step.connections,
-        phase=step.config.phase if step.config is not None else "forward",
-        peak=arithmetic_rate(machine, dtype, "gemm"),
+        phase=step.config.phase,
+        peak=arithmetic_rate(machine, step.config.dtype, "gemm"),
     )
 
 
@@ -238,7 +237,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "year": machine.year,
         "kind": machine.kind,
         "balance": machine.balance(),
-        "network": case.network if case.gemm is None else None,
+        "network": case.network,
         "gemm": list(case.gemm) if case.gemm else None,
         "batch": case.batch,
         "checkpoint": case.checkpoint,
@@ -248,7 +247,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "flops": timing.flops,
         "seconds": seconds,
         "stall_fraction": stall_total / seconds if seconds > 0 else 0.0,
-        "fraction_of_peak": achieved / timing.peak if timing.peak else 0.0,
+        "fraction_of_peak": achieved / timing.peak,
         "achieved_flops": achieved,
         "peak_flops": timing.peak,
         "cups": per_example_work / seconds if seconds > 0 and timing.phase == "train" else 0.0,

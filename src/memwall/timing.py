@@ -3,16 +3,18 @@
 Owns: :class:`KernelTraffic` (what one kernel did to each memory level, derived from
 the engine's counters and the kernel's streams), :class:`KernelTiming` and
 :class:`StepTiming` (cycles: compute, overhead, stall by level), and the four models
-``in_order``, ``vector``, ``overlapped`` and ``throughput``. The equations are written
-out in ``docs/timing.md`` exactly as :func:`time_kernel` computes them; keep the two
-in step.
+:func:`in_order`, :func:`vector`, :func:`overlapped` and :func:`throughput`: one
+function each, all with one signature (machine, :class:`KernelWork`,
+:class:`KernelTraffic`) -> :class:`ModelTimes`, found by name in :data:`MODELS`. Each
+function computes exactly the equations of its section of ``docs/timing.md``; keep the
+two in step.
 
 Everything here is in seconds internally; cycles are seconds x the machine's clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,10 +53,9 @@ class KernelTraffic:
 
     demand_reads: int  # accesses issued by the core
     demand_writes: int
-    demand_bytes: int
     inner_iterations: int  # iterations of innermost loops (loop-overhead issue cost)
     vector_instructions: int  # strips issued (vector machines' start-up cost)
-    levels: tuple[LevelTraffic, ...]  # cache levels first first, then main memory (named MEMORY)
+    levels: tuple[LevelTraffic, ...]  # cache levels, first first, then main memory (named MEMORY)
     parallel_units: int = 0  # pieces of work cores can share; 0: as many as there are cores
 
 
@@ -93,8 +94,7 @@ def traffic_from_counters(
         )
     )
     return KernelTraffic(
-        demand_reads, demand_writes, demand_bytes, inner_iterations, vector_instructions, tuple(levels),
-        parallel_units,
+        demand_reads, demand_writes, inner_iterations, vector_instructions, tuple(levels), parallel_units
     )
 
 
@@ -111,7 +111,7 @@ class KernelTiming:
     overhead: float  # seconds: launch, vector start-up
     stall: dict[str, float]  # seconds by level name (MEMORY for main memory)
     bytes: dict[str, int]  # bytes by level name, all repeats
-    terms: dict[str, float] = field(default_factory=dict)  # each level's own term, one run (seconds)
+    terms: dict[str, float] = field(default_factory=dict)  # ModelTimes.terms: one run, not scaled
 
     @property
     def seconds(self) -> float:
@@ -146,24 +146,139 @@ def _param(machine: Machine, name: str, default: float | str | bool | None = Non
     if value is None:
         raise InputError(
             f"timing model '{machine.timing.model}' needs parameter '{name}'",
-            file=str(getattr(machine, "path", "") or machine.id),
+            file=str(machine.path or machine.id),
             field=f"timing.{name}",
         )
     return value
 
 
-def _attribute(excess: float, terms: dict[str, float], floor: float) -> dict[str, float]:
-    """Split ``excess`` stall seconds over the levels whose terms exceed ``floor``, in
+@dataclass(frozen=True)
+class KernelWork:
+    """What one kernel run computes: the model's inputs besides its traffic."""
+
+    op: str  # gemm, gemv, attention, elementwise, ...
+    dtype: str
+    flops: int
+    ops: Mapping[str, int]  # itemised operations (fma, add, sub, mul, div, exp)
+
+
+@dataclass(frozen=True)
+class ModelTimes:
+    """One kernel run as a timing model sees it (seconds). ``stall`` and ``terms`` have
+    a key for every level of the traffic, in its order; ``terms`` is each level's own
+    time term, the time that level alone needs to serve the run's traffic (T_l in
+    docs/timing.md)."""
+
+    compute: float
+    overhead: float
+    stall: dict[str, float]
+    terms: dict[str, float]
+
+
+TimingModel = Callable[["Machine", KernelWork, KernelTraffic], ModelTimes]
+
+
+def _transfers(traffic: KernelTraffic) -> dict[str, float]:
+    """X_l = B_l / beta_l for every level; 0 where the level states no bandwidth."""
+    return {lv.name: lv.bytes / lv.bandwidth if lv.bandwidth else 0.0 for lv in traffic.levels}
+
+
+def _stall_sum(data: float, compute: float, terms: dict[str, float]) -> dict[str, float]:
+    """Split ``data - compute`` over the levels in proportion to their terms."""
+    if data > compute and data > 0:
+        return {k: (data - compute) * t / data for k, t in terms.items()}
+    return {k: 0.0 for k in terms}
+
+
+def _stall_over(data: float, compute: float, terms: dict[str, float]) -> dict[str, float]:
+    """Split ``data - compute`` over the levels whose terms exceed ``compute``, in
     proportion to how far each exceeds it."""
-    over = {k: t - floor for k, t in terms.items() if t > floor}
+    over = {k: t - compute for k, t in terms.items() if t > compute}
     total = sum(over.values())
-    if excess <= 0 or total <= 0:
+    if data - compute <= 0 or total <= 0:
         return {k: 0.0 for k in terms}
-    return {k: excess * over.get(k, 0.0) / total for k in terms}
+    return {k: (data - compute) * over.get(k, 0.0) / total for k in terms}
 
 
-def _transfer(level: LevelTraffic) -> float:
-    return level.bytes / level.bandwidth if level.bandwidth else 0.0
+def in_order(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
+    """Nothing overlaps: issue, then every wait on a level below the first (section
+    ``in_order`` of docs/timing.md)."""
+    compute = _in_order_compute(machine, work, traffic)
+    # With no cache levels, memory (the only level) serves every access and is waited on.
+    waited = traffic.levels[1:] or traffic.levels
+    latency = {lv.name: lv.fetches * (lv.latency or 0.0) for lv in waited}
+    transfer = _transfers(traffic)
+    serial = compute + sum(latency.values())
+    stall = {k: latency.get(k, 0.0) for k in transfer}
+    floor = max(transfer, key=lambda k: transfer[k])
+    if transfer[floor] > serial:
+        # A bandwidth is a floor: the level it belongs to stalls for the difference too.
+        stall[floor] += transfer[floor] - serial
+    terms = {k: max(latency.get(k, 0.0), x) for k, x in transfer.items()}
+    return ModelTimes(compute, 0.0, stall, terms)
+
+
+def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
+    """The chime model: strips of arithmetic against words through the memory ports
+    (section ``vector`` of docs/timing.md)."""
+    compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
+    word_bytes = float(_param(machine, "word_bytes", 8))
+    ports = float(_param(machine, "memory_ports"))
+    chaining = bool(_param(machine, "chaining", True))
+    startup_cycles = float(_param(machine, "startup", 0.0))
+    words = traffic.levels[-1].bytes / word_bytes / ports / machine.clock_hz
+    overhead = traffic.vector_instructions * startup_cycles / machine.clock_hz
+    # Chained: each strip takes the larger of its arithmetic and its memory words;
+    # unchained: the two run one after the other.
+    terms = {lv.name: 0.0 for lv in traffic.levels}
+    terms[MEMORY] = words
+    stall = {k: 0.0 for k in terms}
+    stall[MEMORY] = max(0.0, words - compute) if chaining else words
+    return ModelTimes(compute, overhead, stall, terms)
+
+
+def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
+    """Arithmetic overlaps the transfers, each level capped by Little's law (section
+    ``overlapped`` of docs/timing.md)."""
+    # A whole-chip profile's peak counts every core; a kernel with fewer pieces of
+    # work than cores (a per-example product) keeps only that many busy.
+    cores = int(_param(machine, "cores", 1))
+    busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
+    compute = work.flops / (arithmetic_rate(machine, work.dtype, work.op) * busy / cores)
+    terms = _transfers(traffic)
+    # Little's law: with mlp misses in flight on each busy core, a level serves at most
+    # mlp x busy fetches per latency, whatever its bandwidth.
+    mlp = float(_param(machine, "mlp", 1)) * busy
+    for lv in traffic.levels[1:]:
+        if lv.latency:
+            terms[lv.name] = max(terms[lv.name], lv.fetches * lv.latency / mlp)
+    how = _param(machine, "overlap", "sum")
+    if how == "sum":
+        stall = _stall_sum(sum(terms.values()), compute, terms)
+    elif how == "max":
+        stall = _stall_over(max(terms.values()), compute, terms)
+    else:
+        raise InputError(f"overlap must be 'sum' or 'max', got {how!r}", field="timing.overlap")
+    return ModelTimes(compute, 0.0, stall, terms)
+
+
+def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
+    """Arithmetic overlaps every transfer; the slowest level bounds the data; a flat
+    launch overhead per kernel (section ``throughput`` of docs/timing.md)."""
+    compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
+    overhead = float(_param(machine, "launch_overhead", 0.0))
+    terms = _transfers(traffic)
+    stall = _stall_over(max(terms.values()), compute, terms)
+    return ModelTimes(compute, overhead, stall, terms)
+
+
+# The timing models by the name a profile's [timing] model gives.
+MODELS: dict[str, TimingModel] = {
+    "in_order": in_order,
+    "vector": vector,
+    "overlapped": overlapped,
+    "throughput": throughput,
+}
 
 
 def time_kernel(
@@ -174,101 +289,37 @@ def time_kernel(
     op: str,
     dtype: str,
     flops: int,
-    ops: dict[str, int],
+    ops: Mapping[str, int],
     traffic: KernelTraffic,
     repeat: int = 1,
 ) -> KernelTiming:
     """Time one kernel run by the machine's model, then scale by ``repeat``."""
-    model = machine.timing.model
-    names = [lv.name for lv in traffic.levels]
-    transfer = {lv.name: _transfer(lv) for lv in traffic.levels}
-    overhead = 0.0
-    if model == "in_order":
-        compute = _in_order_compute(machine, dtype, op, flops, ops, traffic)
-        # A reference served below the first level waits that level's latency; nothing overlaps.
-        latency = {lv.name: lv.fetches * (lv.latency or 0.0) for lv in traffic.levels[1:]}
-        if traffic.levels and len(traffic.levels) == 1:  # no caches: memory serves every access
-            latency = {MEMORY: traffic.levels[0].fetches * (traffic.levels[0].latency or 0.0)}
-        serial = compute + sum(latency.values())
-        floor_name = max(transfer, key=lambda k: transfer[k]) if transfer else None
-        stall = {k: latency.get(k, 0.0) for k in names}
-        if floor_name is not None and transfer[floor_name] > serial:
-            # A bandwidth is a floor: the level it belongs to stalls for the difference too.
-            stall[floor_name] += transfer[floor_name] - serial
-        terms = {k: latency.get(k, 0.0) for k in names}
-    elif model == "vector":
-        rate = arithmetic_rate(machine, dtype, op)
-        compute = flops / rate
-        word_bytes = float(_param(machine, "word_bytes", 8))
-        ports = float(_param(machine, "memory_ports"))
-        chaining = bool(_param(machine, "chaining", True))
-        startup_cycles = float(_param(machine, "startup", 0.0))
-        mem = traffic.levels[-1]
-        words_time = mem.bytes / word_bytes / ports / machine.clock_hz
-        overhead = traffic.vector_instructions * startup_cycles / machine.clock_hz
-        # Chained: each strip takes the larger of its arithmetic and its memory words;
-        # unchained: the two run one after the other.
-        memory_stall = max(0.0, words_time - compute) if chaining else words_time
-        stall = {k: 0.0 for k in names}
-        stall[MEMORY] = memory_stall
-        terms = {MEMORY: words_time}
-    elif model in ("overlapped", "throughput"):
-        rate = arithmetic_rate(machine, dtype, op)
-        terms = dict(transfer)
-        if model == "overlapped":
-            # A whole-chip profile's peak counts every core; a kernel with fewer pieces of
-            # work than cores (a per-example product) keeps only that many busy.
-            cores = int(_param(machine, "cores", 1))
-            busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
-            compute = flops / (rate * busy / cores)
-            # Little's law: with mlp misses in flight on each busy core, a level serves
-            # at most mlp x busy fetches per latency, whatever its bandwidth.
-            mlp = float(_param(machine, "mlp", 1)) * busy
-            for lv in traffic.levels[1:]:
-                if lv.latency:
-                    terms[lv.name] = max(terms[lv.name], lv.fetches * lv.latency / mlp)
-            how = str(_param(machine, "overlap", "sum"))
-            if how not in ("sum", "max"):
-                raise InputError(f"overlap must be 'sum' or 'max', got {how!r}", field="timing.overlap")
-            if how == "sum":
-                data = sum(terms.values())
-                stall = {k: 0.0 for k in names}
-                if data > compute and data > 0:
-                    stall = {k: (data - compute) * terms[k] / data for k in names}
-            else:
-                data = max(terms.values(), default=0.0)
-                stall = _attribute(data - compute, terms, compute)
-        else:
-            compute = flops / rate
-            overhead = float(_param(machine, "launch_overhead", 0.0))
-            data = max(terms.values(), default=0.0)
-            stall = _attribute(data - compute, terms, compute)
-    else:
-        raise InputError(f"unknown timing model {model!r}", field="timing.model")
+    model = MODELS.get(machine.timing.model)
+    if model is None:
+        raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
+    t = model(machine, KernelWork(op, dtype, flops, ops), traffic)
     return KernelTiming(
         name=name,
         phase=phase,
         op=op,
         flops=flops * repeat,
         repeat=repeat,
-        compute=compute * repeat,
-        overhead=overhead * repeat,
-        stall={k: v * repeat for k, v in stall.items()},
+        compute=t.compute * repeat,
+        overhead=t.overhead * repeat,
+        stall={k: v * repeat for k, v in t.stall.items()},
         bytes={lv.name: lv.bytes * repeat for lv in traffic.levels},
-        terms=terms,
+        terms=t.terms,
     )
 
 
-def _in_order_compute(
-    machine: Machine, dtype: str, op: str, flops: int, ops: dict[str, int], traffic: KernelTraffic
-) -> float:
+def _in_order_compute(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> float:
     """Issue time with a perfect memory: every operation, load, store and loop pays its cost."""
     costs = machine.issue_costs
     if not costs:
-        return flops / arithmetic_rate(machine, dtype, op)
+        return work.flops / arithmetic_rate(machine, work.dtype, work.op)
     seconds = 0.0
     counted_flops = 0
-    for kind, count in ops.items():
+    for kind, count in work.ops.items():
         if kind == "fma":
             if "fma" in costs:
                 seconds += count * costs["fma"]
@@ -287,9 +338,9 @@ def _in_order_compute(
         elif kind == "exp":
             seconds += count * _cost(machine, "exp")
             counted_flops += count
-    if counted_flops < flops:
+    if counted_flops < work.flops:
         # Operations the kernel did not itemise run at the machine's stated rate.
-        seconds += (flops - counted_flops) / arithmetic_rate(machine, dtype, op)
+        seconds += (work.flops - counted_flops) / arithmetic_rate(machine, work.dtype, work.op)
     seconds += traffic.demand_reads * costs.get("load", 0.0)
     seconds += traffic.demand_writes * costs.get("store", 0.0)
     seconds += traffic.inner_iterations * costs.get("loop", 0.0)

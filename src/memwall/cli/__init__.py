@@ -11,7 +11,8 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import __version__
 from ..errors import InputError
@@ -35,6 +36,15 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
         print(_version_text())
         parser.exit()
+
+
+def add_command(subparsers: Any, name: str, func: Callable[[argparse.Namespace], int], *, help: str,
+                description: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand: ``help`` is its line in ``memwall --help``,
+    ``description`` opens ``memwall NAME --help``, ``func`` runs it."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,15 @@ import sys
 from typing import Any
 
 from .. import host, profiles
+from . import add_command
 from ._output import print_json
+
+DESCRIPTION = (
+    "Read this host's caches and clock from the operating system, measure peak FLOP/s "
+    "(NumPy matrix product, fp32 and fp64), bandwidth (STREAM-like copy and triad, per "
+    "level and main memory) and latency (pointer chase), and write a profile that "
+    "'memwall machines validate' accepts. Under a minute; --quick takes seconds."
+)
 
 
 def register(subparsers: Any) -> None:
@@ -20,22 +28,13 @@ def register(subparsers: Any) -> None:
 
 
 def register_machines(sub: Any) -> None:
-    p = sub.add_parser(
-        "detect",
-        help="profile this host: caches from the OS, measured peak, bandwidth and latency",
-        description=(
-            "Read this host's caches and clock from the operating system, measure peak FLOP/s "
-            "(NumPy matrix product, fp32 and fp64), bandwidth (STREAM-like copy and triad, per "
-            "level and main memory) and latency (pointer chase), and write a profile that "
-            "'memwall machines validate' accepts. Under a minute; --quick takes seconds."
-        ),
-    )
+    p = add_command(sub, "detect", cmd_detect, description=DESCRIPTION,
+                    help="profile this host: caches from the OS, measured peak, bandwidth and latency")
     p.add_argument("--out", metavar="FILE", help="write the profile here (and FILE.json with the raw "
                                                  "measurements); without it, print the profile")
     p.add_argument("--id", default="host", help="the profile's id (default: host)")
     p.add_argument("--quick", action="store_true", help="every measurement, smaller and shorter (seconds)")
     p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
-    p.set_defaults(func=cmd_detect)
 
 
 def cmd_detect(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
 from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from . import add_command
 from ._output import print_json
 
 
@@ -22,16 +23,16 @@ def parse_gemm(text: str) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
+DESCRIPTION = (
+    "Simulate one training (or inference) step of a network, or one matrix product, on "
+    "one machine profile, and print per kernel and per memory level the cycles spent "
+    "computing and stalled, with a one-line verdict."
+)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "inspect",
-        help="one machine x one network (or GEMM): where the step's time goes",
-        description=(
-            "Simulate one training (or inference) step of a network, or one matrix product, on "
-            "one machine profile, and print per kernel and per memory level the cycles spent "
-            "computing and stalled, with a one-line verdict."
-        ),
-    )
+    p = add_command(sub, "inspect", run, description=DESCRIPTION,
+                    help="one machine x one network (or GEMM): where the step's time goes")
     p.add_argument("--machine", required=True, help="machine profile id (memwall machines list) or file")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--network", help="network preset id (memwall networks list)")
@@ -49,7 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

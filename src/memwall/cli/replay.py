@@ -11,23 +11,23 @@ import sys
 import time
 from typing import Any
 
-from ..errors import InputError
 from ..traces import FORMATS
+from . import add_command
 from ._output import print_json
 
 _CLASSIFY_KEYS = ("compulsory", "capacity", "conflict")
 
 
+DESCRIPTION = (
+    "Replay a trace (DineroIV din, extended din 'r|w addr size', valgrind lackey, or "
+    "an npz of addr/size/is_write; gzip accepted) through the cache levels of a "
+    "hierarchy file or a machine profile, and print per-level counts."
+)
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "replay",
-        help="replay a trace file through a cache hierarchy",
-        description=(
-            "Replay a trace (DineroIV din, extended din 'r|w addr size', valgrind lackey, or "
-            "an npz of addr/size/is_write; gzip accepted) through the cache levels of a "
-            "hierarchy file or a machine profile, and print per-level counts."
-        ),
-    )
+    p = add_command(subparsers, "replay", cmd_replay, help="replay a trace file through a cache hierarchy",
+                    description=DESCRIPTION)
     p.add_argument("trace", metavar="TRACE", help="the trace file")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--hierarchy", metavar="FILE.toml", help="a file of [[level]] tables")
@@ -36,7 +36,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--flush", action="store_true", help="write back every dirty line at the end")
     p.add_argument("--classify", action="store_true", help="split misses into compulsory/capacity/conflict")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_replay)
 
 
 def _levels(args: argparse.Namespace) -> list[Any]:
@@ -44,10 +43,8 @@ def _levels(args: argparse.Namespace) -> list[Any]:
         from ..levels import load_hierarchy_file
 
         return load_hierarchy_file(args.hierarchy)
-    try:
-        from ..profiles import load_machine
-    except ImportError as err:
-        raise InputError(f"machine profiles are not available in this build: {err}", field="--machine") from None
+    from ..profiles import load_machine
+
     return list(load_machine(args.machine).cache_levels)
 
 

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_command
+
+DESCRIPTION = (
+    "Write DIR/report.html: figures embedded, tables, a section per machine with its "
+    "stall breakdown and provenance. It opens in a browser with no server and no network."
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "report",
-        help="write a static HTML report of a sweep folder",
-        description="Write DIR/report.html: figures embedded, tables, a section per machine with its "
-        "stall breakdown and provenance. It opens in a browser with no server and no network.",
-    )
+    p = add_command(subparsers, "report", run, help="write a static HTML report of a sweep folder",
+                    description=DESCRIPTION)
     p.add_argument("dir", metavar="DIR", help="a folder written by `memwall sweep --out DIR`")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: DIR/report.html)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

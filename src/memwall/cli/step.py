@@ -13,7 +13,13 @@ from ..units import format_bytes
 from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step
+from . import add_command
 from ._output import print_json
+
+DESCRIPTION = (
+    "Build one training step: kernels with exact FLOPs, tensors at addresses, "
+    "and peak live bytes per tensor class."
+)
 
 
 def add_step_arguments(p: Any) -> None:
@@ -38,12 +44,10 @@ def step_from_args(args: Any) -> Step:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("step", help="the kernels and capacity ledger of a training step",
-                              description="Build one training step: kernels with exact FLOPs, tensors at addresses, "
-                                          "and peak live bytes per tensor class.")
+    p = add_command(subparsers, "step", cmd_step, help="the kernels and capacity ledger of a training step",
+                    description=DESCRIPTION)
     add_step_arguments(p)
     p.add_argument("--json", action="store_true", help="as JSON (flops, ledger, kernels)")
-    p.set_defaults(func=cmd_step)
 
 
 def _flops(x: float) -> str:

@@ -14,6 +14,9 @@ from dataclasses import replace
 
 from ..errors import InputError
 from ..vocabulary import CHECKPOINT_SYNTAX, PHASES, UPDATES
+from . import add_command
+
+DESCRIPTION = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " ")
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -37,11 +40,8 @@ def _batches(values: list[str] | None) -> list[int] | None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "sweep",
-        help="sweep machines × networks × batches (× checkpointing), in parallel and resumable",
-        description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " "),
-    )
+    p = add_command(subparsers, "sweep", run, description=DESCRIPTION,
+                    help="sweep machines × networks × batches (× checkpointing), in parallel and resumable")
     p.add_argument("--machines", nargs="+", metavar="ID", help="machine ids or profile paths (BASE@bw=B/s for synthetic)")
     p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids")
     p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
@@ -55,13 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
-def build_cases(args: argparse.Namespace, cat=None) -> list:
+def build_cases(args: argparse.Namespace) -> list:
     from ..experiments import sweep as sw
 
-    cat = cat or sw.Catalogue()
     machines = _split(args.machines)
     networks = _split(args.networks)
     batches = _batches(args.batches)
@@ -69,14 +67,14 @@ def build_cases(args: argparse.Namespace, cat=None) -> list:
     for ck in checkpoints or ():
         sw.check_checkpoint(ck)
     if machines is None and networks is None and batches is None and checkpoints is None:
-        cases = sw.study(cat, quick=args.quick)
+        cases = sw.study(quick=args.quick)
     else:
-        known = cat.network_ids()
+        known = sw.network_ids()
         default_nets = [n for n in sw.CLASSICS if n in known]
         if args.quick:
             default_nets = default_nets[:3]
         cases = sw.product(
-            machines if machines is not None else cat.machine_ids(),
+            machines if machines is not None else sw.machine_ids(),
             networks if networks is not None else default_nets,
             batches if batches is not None else [1],
             checkpoints if checkpoints is not None else ["none"],
@@ -88,13 +86,12 @@ def build_cases(args: argparse.Namespace, cat=None) -> list:
 def run(args: argparse.Namespace) -> int:
     from ..experiments import sweep as sw
 
-    cat = sw.Catalogue()
     sw.check_executor(args.executor, args.jobs, args.scheduler)
-    cases = build_cases(args, cat)
-    sw.validate(cases, cat)  # every argument checked before any case runs
+    cases = build_cases(args)
+    sw.validate(cases)  # every argument checked before any case runs
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
-                          catalogue=cat, progress=not args.no_progress)
+                          progress=not args.no_progress)
     elapsed = time.monotonic() - start
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "
           f"in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")

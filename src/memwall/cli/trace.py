@@ -15,17 +15,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from . import add_command
 from .step import add_step_arguments, step_from_args
+
+DESCRIPTION = "Lower a step for a machine and write its explicit accesses."
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("trace", help="write a step's expanded accesses (npz or din)",
-                              description="Lower a step for a machine and write its explicit accesses.")
+    p = add_command(subparsers, "trace", cmd_trace, help="write a step's expanded accesses (npz or din)",
+                    description=DESCRIPTION)
     p.add_argument("--machine", required=True, metavar="ID", help="machine id or profile path (its schedule)")
     add_step_arguments(p)
     p.add_argument("--out", required=True, metavar="FILE", help="*.npz, or din text for any other suffix")
     p.add_argument("--max-accesses", type=int, default=50_000_000, help="refuse to write more than this many")
-    p.set_defaults(func=cmd_trace)
 
 
 def cmd_trace(args: Any) -> int:

@@ -12,23 +12,22 @@ import argparse
 import sys
 from typing import Any
 
+from . import add_command
 from ._output import print_json
+
+DESCRIPTION = (
+    "Predict every published measurement (era_data/measurements, or the TOML files in DIR) "
+    "and print measured, predicted, predicted / measured, the bound memwall names and the note; "
+    "then the median and worst |log2 ratio| and the share within 2x."
+)
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "validate",
-        help="compare predictions with published measurements",
-        description=(
-            "Predict every published measurement (era_data/measurements, or the TOML files in DIR) "
-            "and print measured, predicted, predicted / measured, the bound memwall names and the note; "
-            "then the median and worst |log2 ratio| and the share within 2x."
-        ),
-    )
+    p = add_command(subparsers, "validate", run, help="compare predictions with published measurements",
+                    description=DESCRIPTION)
     p.add_argument("--measurements", metavar="DIR", help="a folder (or one file) of measurement TOML files")
     p.add_argument("--json", action="store_true", help="print {cases, summary} as JSON")
     p.add_argument("--figure", metavar="OUT_DIR", help="also write validation.png and validation.svg here")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -55,13 +55,10 @@ def _plt():
 
 
 def _sources(extra: str = "") -> str:
-    try:
-        from ..data import data_version
+    from ..data import data_version
 
-        data = f"era_data {data_version()}"
-    except Exception:  # a figure is still worth drawing without the data hash
-        data = "era_data"
-    text = f"Simulated by memwall {MODEL_VERSION} ({data}); machine figures from era_data/machines, each with its provenance."
+    text = (f"Simulated by memwall {MODEL_VERSION} (era_data {data_version()}); machine figures from "
+            "era_data/machines, each with its provenance.")
     return f"{text} {extra}".strip()
 
 
@@ -91,17 +88,15 @@ def _label(row: Row) -> str:
 # 1. Balance drift
 
 
-def machine_table(machines: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+def machine_table() -> list[dict[str, Any]]:
     """One dict per shipped machine: id, name, year, kind, peak (FLOP/s), bandwidth (B/s), balance."""
-    if machines is None:
-        from ..profiles import all_machines
+    from ..profiles import all_machines
 
-        machines = all_machines()
     out = []
-    for m in machines:
-        peak = float(m.peak_flops[m.primary_dtype])
-        bw = float(m.memory.bandwidth)
-        out.append({"id": m.id, "name": m.name, "year": int(m.year), "kind": m.kind,
+    for m in all_machines():
+        peak = m.peak_flops[m.primary_dtype]
+        bw = m.memory.bandwidth
+        out.append({"id": m.id, "name": m.name, "year": m.year, "kind": m.kind,
                     "dtype": m.primary_dtype, "peak": peak, "bandwidth": bw, "balance": peak / bw})
     return sorted(out, key=lambda r: (r["year"], r["id"]))
 
@@ -221,11 +216,10 @@ def fig_regime_flip(rows: Sequence[Row]):
     return fig
 
 
-def fig_stall_breakdown(rows: Sequence[Row], network: str | None = None):
+def fig_stall_breakdown(rows: Sequence[Row]):
     sel = per_example_rows(rows)
     nets = list(dict.fromkeys(r["network"] for r in sel))
-    if network is None:
-        network = "nettalk" if "nettalk" in nets else (nets[0] if nets else None)
+    network = "nettalk" if "nettalk" in nets else (nets[0] if nets else None)
     sel = sorted((r for r in sel if r["network"] == network), key=lambda r: (r["year"], r["machine"]))
     if not sel:
         return _empty("stall_breakdown", "per-example training cases of one network on several machines")
@@ -324,25 +318,31 @@ def fig_batch_window(rows: Sequence[Row]):
 # 5. Capacity ledger
 
 
-def ledger_table(network: str = "affine-48x1024", batches: Sequence[int] = tuple(2 ** k for k in range(15)),
-                 checkpoints: Sequence[str] = ("none", "sqrt")) -> list[dict[str, Any]]:
-    """The capacity ledger (bytes per tensor class) of ``network``'s training step per batch."""
+# A chain of 48 square layers of width 1024: its activations equal its parameters at
+# batch = width, so the crossover is where the figure says it should be.
+LEDGER_NETWORK = "affine-48x1024"
+LEDGER_WIDTH = 1024
+
+
+def ledger_table(batches: Sequence[int] = tuple(2 ** k for k in range(15))) -> list[dict[str, Any]]:
+    """The capacity ledger (bytes per tensor class) of LEDGER_NETWORK's training step per
+    batch, with no checkpointing and with √L checkpointing."""
     from ..networks import load_network
     from ..workloads.config import TrainingConfig
     from ..workloads.step import build_step
 
-    net = load_network(network)
+    net = load_network(LEDGER_NETWORK)
     out = []
-    for ck in checkpoints:
+    for ck in ("none", "sqrt"):
         for b in batches:
             step = build_step(net, TrainingConfig(batch=b, dtype=net.dtype, checkpoint=ck))
             led = step.ledger.as_dict()
-            out.append({"network": network, "batch": b, "checkpoint": ck,
-                        **{k: float(v) for k, v in led.items() if isinstance(v, (int, float))}})
+            out.append({"network": LEDGER_NETWORK, "batch": b, "checkpoint": ck,
+                        **{k: float(v) for k, v in led.items()}})
     return out
 
 
-def fig_capacity_ledger(table: Sequence[Mapping[str, Any]], width: int | None = 1024):
+def fig_capacity_ledger(table: Sequence[Mapping[str, Any]]):
     if not table:
         return _empty("capacity_ledger", "a network whose training step builds")
     plt = _plt()
@@ -358,10 +358,9 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]], width: int | None = 
         label = "saved activations" + ("" if ck == "none" else f", {'√L' if ck == 'sqrt' else ck} checkpointing")
         ax.plot([r["batch"] for r in sub], [r["activations"] for r in sub], color=colour, ls=ls, marker="o",
                 ms=3, label=label)
-    if width:
-        ax.axvline(width, color="#555555", ls=":", lw=1)
-        ax.text(width * 1.08, 0.03, f"batch = width = {width}", fontsize=7, rotation=90, va="bottom",
-                transform=ax.get_xaxis_transform())
+    ax.axvline(LEDGER_WIDTH, color="#555555", ls=":", lw=1)
+    ax.text(LEDGER_WIDTH * 1.08, 0.03, f"batch = width = {LEDGER_WIDTH}", fontsize=7, rotation=90, va="bottom",
+            transform=ax.get_xaxis_transform())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch (examples)")
@@ -407,7 +406,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "regime_flip": lambda: fig_regime_flip(rows),
         "stall_breakdown": lambda: fig_stall_breakdown(rows),
         "batch_window": lambda: fig_batch_window(rows),
-        "capacity_ledger": lambda: fig_capacity_ledger(ledger if ledger is not None else _default_ledger()),
+        "capacity_ledger": lambda: fig_capacity_ledger(ledger if ledger is not None else ledger_table()),
         "synthetic_balance": lambda: fig_synthetic_balance(rows),
     }
     written = {name: save(makers[name](), folder, name) for name in names if name in makers}
@@ -417,11 +416,3 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
 
         written["validation"] = write_validation(out, measurements)
     return written
-
-
-def _default_ledger() -> list[dict[str, Any]]:
-    try:
-        return ledger_table()
-    except Exception:
-        # The network or the step builder is missing: draw the "no data" panel instead.
-        return []

@@ -155,19 +155,15 @@ def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
     levels = fg.stall_levels(ok)
     real = [r for r in rows if not r.get("synthetic")]
     machines = list(dict.fromkeys(r["machine"] for r in real))
-    try:
-        from ..data import data_version
+    from ..data import data_version
 
-        data = data_version()
-    except Exception:  # the report is still useful without the hash
-        data = "unknown"
 
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
            "<title>memwall sweep report</title>", f"<style>{STYLE}</style>",
            f"<script>{SCRIPT}</script></head><body>",
            "<h1>memwall: where backprop's time goes, machine by machine</h1>",
-           f"<p class='muted'>memwall {_e(MODEL_VERSION)}, era_data {_e(data)}. {len(rows)} cases "
+           f"<p class='muted'>memwall {_e(MODEL_VERSION)}, era_data {_e(data_version())}. {len(rows)} cases "
            f"({len(ok)} ok, {len(failed)} failed) on {len(machines)} machines"
            f"{' and ' + str(len({r['machine'] for r in rows}) - len(machines)) + ' synthetic ones' if len(real) < len(rows) else ''}."
            " Times are simulated: the memory traffic of each step replayed through the machine's "

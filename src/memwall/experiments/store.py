@@ -18,7 +18,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,6 @@ class Store:
 
     def path(self, key: str) -> Path:
         return self.cases / f"{key}.json"
-
-    def has(self, key: str) -> bool:
-        return self.path(key).is_file()
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored record for ``key``, or None if absent or unreadable."""
@@ -149,12 +146,3 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     data = json.loads(path.read_text(encoding="utf-8"))
     return list(data["rows"])
 
-
-def records(store: Store, keys: Iterable[str]) -> list[dict[str, Any]]:
-    """The stored records for ``keys``, in that order, skipping any that are missing."""
-    out = []
-    for key in keys:
-        rec = store.get(key)
-        if rec is not None:
-            out.append(rec)
-    return out

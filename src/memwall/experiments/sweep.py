@@ -24,13 +24,16 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import Case
 from ..vocabulary import PHASES, UPDATES, parse_checkpoint
 from .store import Store, dumps, write_tables
+
+if TYPE_CHECKING:
+    from ..profiles import Machine
 
 Runner = Callable[..., Mapping[str, Any]]
 
@@ -78,9 +81,9 @@ class MachineInfo:
     fingerprint: str  # hash of the whole profile: any edit changes every key that uses it
     synthetic: bool = False
 
-    def balance(self, dtype: str | None = None) -> float:
-        peak = self.peak_flops.get(dtype or self.primary_dtype, self.peak_flops.get(self.primary_dtype))
-        return float(peak) / self.bandwidth if peak and self.bandwidth else math.nan
+    def balance(self) -> float:
+        """Peak FLOP/s of the primary dtype per byte/s of main memory."""
+        return self.peak_flops[self.primary_dtype] / self.bandwidth
 
 
 @dataclass(frozen=True)
@@ -90,92 +93,64 @@ class NetworkInfo:
     seq_len: int | None = None  # tokens per example for sequence models, else None
 
 
+def machine_ids() -> list[str]:
+    """The shipped machines, by year, then id."""
+    from ..profiles import all_machines
+
+    return [m.id for m in all_machines()]
+
+
+def network_ids() -> list[str]:
+    from ..networks import network_ids as shipped
+
+    return shipped()
+
+
+def load_machine_spec(spec: str) -> Machine:
+    """The profile for an id, a path, or a synthetic ``BASE@bw=X`` spec."""
+    from ..profiles import load_machine
+
+    base, bw = parse_machine_spec(spec)
+    machine = load_machine(base)
+    if bw is None:
+        return machine
+    return replace(machine, memory=replace(machine.memory, bandwidth=bw))
+
+
 def _fingerprint(value: Any) -> str:
     return hashlib.sha256(dumps(value).encode()).hexdigest()
 
 
-def _plain(value: Any) -> Any:
-    """A JSON-able copy of a profile's dict (tuples to lists, anything odd to text)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    if hasattr(value, "as_dict"):
-        return _plain(value.as_dict())
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return _plain(asdict(value))
-    return repr(value)
+def _content(described: Mapping[str, Any]) -> dict[str, Any]:
+    # Where a file was read from is not what it says: keys must match across checkouts.
+    return {k: v for k, v in described.items() if k != "path"}
 
 
-def _portable(content: Any) -> Any:
-    # Where a profile was read from is not what it says: keys must match across checkouts.
-    if isinstance(content, dict):
-        return {k: v for k, v in content.items() if k not in ("path", "file")}
-    return content
-
-
-class Catalogue:
-    """Machines and networks as the shipped profiles describe them (cached per process)."""
-
-    def machine_ids(self) -> list[str]:
-        from ..profiles import all_machines
-
-        return [m.id for m in all_machines()]
-
-    def network_ids(self) -> list[str]:
-        from ..networks import all_networks
-
-        return [n.id for n in all_networks()]
-
-    def load_machine(self, spec: str) -> Any:
-        """The profile object for an id, a path, or a synthetic ``BASE@bw=X`` spec."""
-        base, bw = parse_machine_spec(spec)
-        from ..profiles import load_machine
-
-        machine = load_machine(base)
-        if bw is None:
-            return machine
-        return replace(machine, memory=replace(machine.memory, bandwidth=bw))
-
-    def load_network(self, net_id: str) -> Any:
-        from ..networks import load_network
-
-        return load_network(net_id)
-
-    def machine(self, spec: str) -> MachineInfo:
-        return _machine_info(self, spec)
-
-    def network(self, net_id: str) -> NetworkInfo:
-        return _network_info(self, net_id)
-
-
+# Each profile and preset is read once per process: the sweep asks for the same few
+# thousands of times (every key, every row), and a sweep's files do not change under it.
 @cache
-def _machine_info(cat: Catalogue, spec: str) -> MachineInfo:
+def machine_info(spec: str) -> MachineInfo:
+    """The facts the sweep uses about a machine spec (see :func:`load_machine_spec`)."""
+    from ..profiles import load_machine
+
     base, bw = parse_machine_spec(spec)
-    m = cat.load_machine(base)
-    content = _portable(_plain(m.as_dict() if hasattr(m, "as_dict") else m))
-    bandwidth = float(m.memory.bandwidth) if bw is None else bw
+    m = load_machine(base)
+    bandwidth = m.memory.bandwidth if bw is None else bw
     name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
     return MachineInfo(
-        id=spec, name=name, year=int(m.year), kind=str(m.kind),
-        primary_dtype=str(m.primary_dtype),
-        peak_flops={str(k): float(v) for k, v in dict(m.peak_flops).items()},
-        bandwidth=bandwidth,
-        fingerprint=_fingerprint({"profile": content, "bandwidth": bw}),
+        id=spec, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
+        peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
+        fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
         synthetic=bw is not None,
     )
 
 
 @cache
-def _network_info(cat: Catalogue, net_id: str) -> NetworkInfo:
-    net = cat.load_network(net_id)
-    content = _portable(_plain(net.as_dict() if hasattr(net, "as_dict") else net))
-    seq = getattr(net, "seq_len", None)
-    return NetworkInfo(id=net_id, fingerprint=_fingerprint(content), seq_len=int(seq) if seq else None)
+def network_info(net_id: str) -> NetworkInfo:
+    from ..networks import load_network
+
+    net = load_network(net_id)
+    return NetworkInfo(id=net_id, fingerprint=_fingerprint(_content(net.as_dict())), seq_len=net.seq_len)
 
 
 def parse_machine_spec(spec: str) -> tuple[str, float | None]:
@@ -209,38 +184,38 @@ def product(machines: Iterable[str], networks: Iterable[str], batches: Iterable[
             for m in machines for n in networks for b in batches for c in checkpoints]
 
 
-def _modern(cat: Catalogue, ids: Sequence[str]) -> list[str]:
-    return [i for i in ids if cat.machine(i).kind in MODERN_KINDS]
+def _modern(ids: Sequence[str]) -> list[str]:
+    return [i for i in ids if machine_info(i).kind in MODERN_KINDS]
 
 
-def _window_machines(cat: Catalogue, modern: Sequence[str], most: int = 6) -> list[str]:
+def _window_machines(modern: Sequence[str], most: int = 6) -> list[str]:
     """The named representatives that are shipped, else the newest modern machines."""
     named = [i for i in WINDOW_MACHINES if i in modern][:most]
     if named:
         return named
-    return sorted(modern, key=lambda i: (cat.machine(i).year, i))[-most:]
+    return sorted(modern, key=lambda i: (machine_info(i).year, i))[-most:]
 
 
-def _synthetic_base(cat: Catalogue, ids: Sequence[str]) -> str | None:
+def _synthetic_base(ids: Sequence[str]) -> str | None:
     """The compute engine for the synthetic sweep: an H100 if shipped, else the newest GPU."""
-    gpus = [i for i in ids if cat.machine(i).kind == "gpu"] or list(ids)
+    gpus = [i for i in ids if machine_info(i).kind == "gpu"] or list(ids)
     named = [i for i in gpus if "h100" in i.lower()]
     if named:
         return sorted(named)[0]
-    return max(gpus, key=lambda i: (cat.machine(i).year, i)) if gpus else None
+    return max(gpus, key=lambda i: (machine_info(i).year, i)) if gpus else None
 
 
-def synthetic_machines(cat: Catalogue, base: str, decades: float = 4.0, per_decade: int = 3,
+def synthetic_machines(base: str, decades: float = 4.0, per_decade: int = 3,
                        low_balance: float = 1.0) -> list[str]:
     """``base`` with memory bandwidth set so balance runs over ``decades`` from ``low_balance``."""
-    info = cat.machine(base)
+    info = machine_info(base)
     peak = info.peak_flops[info.primary_dtype]
     n = int(round(decades * per_decade))
     return [synthetic_spec(base, float(f"{peak / (low_balance * 10 ** (k / per_decade)):.6g}"))
             for k in range(n + 1)]
 
 
-def study(cat: Catalogue | None = None, *, quick: bool = False) -> list[Case]:
+def study(*, quick: bool = False) -> list[Case]:
     """The README's main job: the cases behind figures 2, 3, 4 and 6 (1 and 5 need none).
 
     - per-example training (batch 1) of the classics and of a large network on every
@@ -253,37 +228,36 @@ def study(cat: Catalogue | None = None, *, quick: bool = False) -> list[Case]:
 
     ``quick`` keeps one machine per decade, three classics, fewer batches and bandwidths.
     """
-    cat = cat or Catalogue()
-    machines = cat.machine_ids()
-    networks = set(cat.network_ids())
+    machines = machine_ids()
+    networks = set(network_ids())
     classics = [n for n in CLASSICS if n in networks]
     large = [LARGE] if LARGE in networks else []
     if quick:
-        machines = _one_per_era(cat, machines)
+        machines = _one_per_era(machines)
         classics = classics[:3]
-    modern = _modern(cat, machines)
+    modern = _modern(machines)
     cases = product(machines, classics, [1], updates="per-example")
     cases += product(machines, large, [1], updates="per-example")
     if WINDOW_NETWORK in networks and modern:
-        window = _window_machines(cat, modern, most=1 if quick else 6)
+        window = _window_machines(modern, most=1 if quick else 6)
         batches = [1, 8, 64] if quick else [1, 2, 8, 32, 128, 512]
         cases += product(window, [WINDOW_NETWORK], batches, seq_len=16)
     if large and modern and not quick:
-        cases += product(_window_machines(cat, modern, most=1), large, [16, 128], ["none", "sqrt"])
-    base = _synthetic_base(cat, modern or machines)
+        cases += product(_window_machines(modern, most=1), large, [16, 128], ["none", "sqrt"])
+    base = _synthetic_base(modern or machines)
     if base:
         synth_nets = (classics[:1] + large) if quick else (classics[:3] + large)
         per_decade = 1 if quick else 3
-        cases += product(synthetic_machines(cat, base, per_decade=per_decade), synth_nets, [1],
+        cases += product(synthetic_machines(base, per_decade=per_decade), synth_nets, [1],
                          updates="per-example")
     return _dedupe(cases)
 
 
-def _one_per_era(cat: Catalogue, ids: Sequence[str]) -> list[str]:
+def _one_per_era(ids: Sequence[str]) -> list[str]:
     """The first machine of each decade (by year, then id): the quick sweep's machines."""
     seen: dict[int, str] = {}
-    for i in sorted(ids, key=lambda i: (cat.machine(i).year, i)):
-        seen.setdefault(cat.machine(i).year // 10, i)
+    for i in sorted(ids, key=lambda i: (machine_info(i).year, i)):
+        seen.setdefault(machine_info(i).year // 10, i)
     return list(seen.values())
 
 
@@ -300,13 +274,12 @@ def check_checkpoint(value: str) -> str:
     return value
 
 
-def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:
+def validate(cases: Sequence[Case]) -> None:
     """Raise InputError for the first unusable case; called before anything runs."""
-    cat = cat or Catalogue()
     if not cases:
         raise InputError("no cases to run", field="cases")
-    known_m = set(cat.machine_ids())
-    known_n = set(cat.network_ids())
+    known_m = set(machine_ids())
+    known_n = set(network_ids())
     for case in cases:
         base, _ = parse_machine_spec(case.machine)
         if base not in known_m and not (base.endswith(".toml") and Path(base).is_file()):
@@ -327,27 +300,27 @@ def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:
             raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
     for spec in dict.fromkeys(c.machine for c in cases):
         # Loads every profile once, so a broken file fails here, not in a worker.
-        cat.machine(spec)
+        machine_info(spec)
     for net in dict.fromkeys(c.network for c in cases if c.network):
-        cat.network(net)
+        network_info(net)
 
 
 # --------------------------------------------------------------------------------------
 # Keys and rows
 
 
-def case_key(case: Case, cat: Catalogue) -> str:
+def case_key(case: Case) -> str:
     """What a stored result depends on: the profile, the network, the case and the model."""
-    m = cat.machine(case.machine)
-    net = cat.network(case.network).fingerprint if case.network else None
+    m = machine_info(case.machine)
+    net = network_info(case.network).fingerprint if case.network else None
     payload = {"model": MODEL_VERSION, "case": case.as_dict(), "machine": m.fingerprint, "network": net}
     return hashlib.sha256(dumps(payload).encode()).hexdigest()[:32]
 
 
-def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None, cat: Catalogue) -> dict[str, Any]:
+def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
     """One results row: who ran what, then the timing (stall fractions per level of total cycles)."""
-    m = cat.machine(case.machine)
-    net = cat.network(case.network) if case.network else None
+    m = machine_info(case.machine)
+    net = network_info(case.network) if case.network else None
     seq = case.seq_len or (net.seq_len if net else None)
     row: dict[str, Any] = {
         "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
@@ -359,42 +332,34 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None, ca
     }
     if error or result is None:
         return row
-    cycles = result.get("cycles") or {}
-    total = float(cycles.get("total") or 0.0)
-    frac = float(result.get("fraction_of_peak") or 0.0)
-    achieved = _num(result.get("achieved_flops"))
-    peak = _num(result.get("peak_flops")) or (achieved / frac if achieved and frac else None)
+    # result is memwall.simulate.result_dict's: every key below is always there.
+    cycles = result["cycles"]
+    total = float(cycles["total"])
     row.update({
-        "seconds": _num(result.get("seconds")),
-        "stall_fraction": _num(result.get("stall_fraction")),
-        "fraction_of_peak": _num(result.get("fraction_of_peak")),
-        "cups": _num(result.get("cups")),
-        "flops": _num(result.get("flops")),
-        "achieved_flops": achieved,
-        "peak_flops": peak,
-        "bound": result.get("bound"),
+        "seconds": float(result["seconds"]),
+        "stall_fraction": float(result["stall_fraction"]),
+        "fraction_of_peak": float(result["fraction_of_peak"]),
+        "cups": float(result["cups"]),
+        "flops": float(result["flops"]),
+        "achieved_flops": float(result["achieved_flops"]),
+        "peak_flops": float(result["peak_flops"]),
+        "bound": result["bound"],
         "cycles_total": total,
-        "compute_fraction": _share(cycles.get("compute"), total),
-        "overhead_fraction": _share(cycles.get("overhead"), total),
-    })
-    if result.get("dtype") or case.dtype:
-        row["dtype"] = result.get("dtype") or case.dtype
-    if peak and m.bandwidth:
+        "compute_fraction": _share(cycles["compute"], total),
+        "overhead_fraction": _share(cycles["overhead"], total),
+        "dtype": result["dtype"],
         # Balance for the dtype this case computes in (the peak run_case timed against).
-        row["balance"] = peak / m.bandwidth
-    for level, c in (cycles.get("stall") or {}).items():
+        "balance": float(result["peak_flops"]) / m.bandwidth,
+    })
+    for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)
-    for level, b in (result.get("bytes") or {}).items():
-        row[f"bytes_{level}"] = _num(b)
+    for level, b in result["bytes"].items():
+        row[f"bytes_{level}"] = float(b)
     return row
 
 
-def _num(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def _share(part: Any, total: float) -> float | None:
-    return float(part) / total if part is not None and total else None
+def _share(part: float, total: float) -> float | None:
+    return float(part) / total if total else None
 
 
 def row_order(row: Mapping[str, Any]) -> tuple:
@@ -416,7 +381,7 @@ def _default_runner(case: Case, machine: Any = None) -> Mapping[str, Any]:
     return run_case(case, machine=machine)
 
 
-def execute(case: Case, runner: Runner | None = None, cat: Catalogue | None = None) -> dict[str, Any]:
+def execute(case: Case, runner: Runner | None = None) -> dict[str, Any]:
     """Run one case (in a worker) and return ``{"case", "result"}`` or ``{"case", "error"}``.
 
     Never raises for a failing case: the reason goes into the row and the sweep goes on.
@@ -427,7 +392,7 @@ def execute(case: Case, runner: Runner | None = None, cat: Catalogue | None = No
         if bw is None:
             result = runner(case)
         else:
-            machine = (cat or Catalogue()).load_machine(case.machine)
+            machine = load_machine_spec(case.machine)
             result = runner(replace(case, machine=base), machine=machine)
         return {"case": case.as_dict(), "result": dict(result)}
     except Exception as err:  # a case's failure is data, not a crash
@@ -473,7 +438,6 @@ def run_sweep(
     executor: str = "local",
     scheduler: str | None = None,
     runner: Runner | None = None,
-    catalogue: Catalogue | None = None,
     progress: bool = True,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
@@ -482,13 +446,12 @@ def run_sweep(
     a sweep killed at any point resumes with only the running cases lost. Failed cases
     are stored with their reason and run again by the next sweep.
     """
-    cat = catalogue or Catalogue()
     check_executor(executor, jobs, scheduler)
-    validate(cases, cat)
+    validate(cases)
     cases = _dedupe(cases)
     jobs = jobs or default_jobs()
     store = Store(out)
-    keys = {case: case_key(case, cat) for case in cases}
+    keys = {case: case_key(case) for case in cases}
     todo = []
     for case in cases:
         rec = store.get(keys[case])
@@ -502,7 +465,7 @@ def run_sweep(
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
             nonlocal failures
             err = outcome.get("error")
-            row = make_row(case, outcome.get("result"), err, cat)
+            row = make_row(case, outcome.get("result"), err)
             store.put({"key": keys[case], "status": row["status"], "error": err,
                        "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
                        "result": outcome.get("result")})
@@ -514,12 +477,12 @@ def run_sweep(
 
         if todo:
             if executor == "dask":
-                _run_dask(todo, runner, cat, jobs, scheduler, finish)
+                _run_dask(todo, runner, jobs, scheduler, finish)
             elif jobs == 1 or len(todo) == 1:
                 for case in todo:
-                    finish(case, execute(case, runner, cat))
+                    finish(case, execute(case, runner))
             else:
-                _run_local(todo, runner, cat, jobs, finish)
+                _run_local(todo, runner, jobs, finish)
     finally:
         if bar is not None:
             bar.close()
@@ -540,11 +503,11 @@ def _progress(total: int, done: int, enabled: bool) -> Any:
                 dynamic_ncols=True, smoothing=0.1)
 
 
-def _run_local(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int,
+def _run_local(todo: Sequence[Case], runner: Runner | None, jobs: int,
                finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
     try:
-        pending = {pool.submit(execute, case, runner, cat): case for case in todo}
+        pending = {pool.submit(execute, case, runner): case for case in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -554,7 +517,7 @@ def _run_local(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_dask(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int, scheduler: str | None,
+def _run_dask(todo: Sequence[Case], runner: Runner | None, jobs: int, scheduler: str | None,
               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
     import logging
 
@@ -568,7 +531,7 @@ def _run_dask(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs:
                                dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
-        futures = {client.submit(execute, case, runner, cat, pure=False): case for case in todo}
+        futures = {client.submit(execute, case, runner, pure=False): case for case in todo}
         for fut in as_completed(futures):
             finish(futures[fut], fut.result())
     finally:

@@ -15,10 +15,13 @@ Metric conversions, exactly as computed here (``s`` = predicted seconds of one s
 ``b`` = examples in the step, ``C`` = the network's connections, i.e. weights):
 
 * ``seconds``            = s
-* ``flops``              = the prediction's ``achieved_flops`` (else FLOPs ÷ s)
+* ``flops``              = the prediction's ``achieved_flops`` (its FLOPs ÷ s)
 * ``samples_per_second`` = b ÷ s
 * ``cups``               = C × b ÷ s   (s of a training step: forward, backward, update)
 * ``cps``                = C × b ÷ s   (s of a forward pass only)
+
+``cups`` and ``cps`` are the prediction's own (it computes C × b ÷ s for the phase it
+ran); where it ran the other phase, C comes from the network preset.
 """
 
 from __future__ import annotations
@@ -100,55 +103,33 @@ def case_for(m: Measurement) -> Case:
     )
 
 
-def _connections(prediction: Mapping[str, Any], network: str | None) -> float | None:
-    """The network's connections (weights), from the prediction or from the preset."""
-    for source in (prediction, prediction.get("network")):
-        if isinstance(source, Mapping) and isinstance(source.get("connections"), int | float):
-            return float(source["connections"])
-    if network is None:
-        return None
-    from ..networks import load_network
-
-    return float(load_network(network).connections)
-
-
 def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
                      network: str | None = None) -> float:
-    """The prediction, in the measurement's metric (see the module docstring for the formulas)."""
+    """The prediction (a ``memwall inspect`` dict), in the measurement's metric (see the
+    module docstring for the formulas)."""
     seconds = prediction.get("seconds")
     if not isinstance(seconds, int | float) or seconds <= 0:
         raise InputError(f"the prediction has no positive 'seconds' (got {seconds!r})", field="seconds")
     seconds = float(seconds)
     examples = prediction.get("batch", batch)
-    examples = examples if isinstance(examples, int) and examples > 0 else batch
     if metric == "seconds":
         return seconds
     if metric == "flops":
-        achieved = prediction.get("achieved_flops")
-        if isinstance(achieved, int | float) and achieved > 0:
-            return float(achieved)
-        flops = prediction.get("flops")
-        if isinstance(flops, Mapping):  # a breakdown: take its total
-            flops = flops.get("total")
-        if not isinstance(flops, int | float):
-            raise InputError("the prediction has neither 'achieved_flops' nor 'flops'", field="flops")
-        return float(flops) / seconds
+        return float(prediction["achieved_flops"])
     if metric == "samples_per_second":
         return examples / seconds
     if metric in ("cups", "cps"):
-        connections = _connections(prediction, None)
-        if connections is not None:
-            return connections * examples / seconds
-        # run_case reports 'cups' (training) and 'cps' (forward) itself, by the same formula
-        # (its connections x examples / seconds); use it before looking the preset up.
+        # run_case reports 'cups' for a training step and 'cps' for a forward one, both
+        # connections x examples / seconds; the other is 0, and then the preset says C.
         own = prediction.get(metric)
-        if isinstance(own, int | float) and own > 0:
+        if own:
             return float(own)
-        connections = _connections(prediction, network)
-        if connections is None:
+        if network is None:
             raise InputError(f"cannot convert to {metric!r}: the network's connections are unknown",
                              field="connections")
-        return connections * examples / seconds
+        from ..networks import load_network
+
+        return load_network(network).connections * examples / seconds
     raise InputError(f"unknown metric {metric!r}", field="metric")
 
 
@@ -219,11 +200,11 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
 
 
 def _machine_year(machine: str) -> int | None:
-    try:
-        from ..profiles import load_machine  # type: ignore[attr-defined]
+    from ..profiles import load_machine
 
-        return int(load_machine(machine).year)
-    except Exception:  # noqa: BLE001 - the year only colours the figure; a missing profile is reported elsewhere
+    try:
+        return load_machine(machine).year
+    except InputError:  # the year only colours the figure; an unknown machine is reported on its case
         return None
 
 
@@ -319,21 +300,17 @@ _MARKERS = {"flops": "o", "cups": "s", "cps": "D", "seconds": "v", "samples_per_
 _UNITS = {"flops": "FLOP/s", "cups": "CUPS", "cps": "CPS", "seconds": "s", "samples_per_second": "samples/s"}
 
 
-def validation_figure(cases: Iterable[CaseResult | Mapping[str, Any]], out_dir: str | Path,
-                      name: str = "validation") -> list[Path]:
+def validation_figure(cases: Iterable[CaseResult], out_dir: str | Path) -> list[Path]:
     """Predicted against measured, log-log, the 2x band shaded, points coloured by era.
 
     Each metric keeps its own unit (FLOP/s, CUPS, ...) on both axes, so a point's distance
     from the diagonal is the ratio whatever the metric. Bound checks are drawn hollow, with
     an arrow-like marker showing on which side the prediction must fall. Writes
-    ``<name>.png`` and ``<name>.svg`` into out_dir and returns their paths.
+    ``validation.png`` and ``validation.svg`` into out_dir and returns their paths.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [c.as_dict() if isinstance(c, CaseResult) else dict(c) for c in cases]
+    rows = [c.as_dict() for c in cases]
     rows = [r for r in rows if r.get("predicted") and r.get("measured")]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -369,7 +346,7 @@ def validation_figure(cases: Iterable[CaseResult | Mapping[str, Any]], out_dir: 
     ax.text(0.99, 0.01, "sources: era_data/measurements/*.toml", transform=ax.transAxes,
             ha="right", va="bottom", fontsize=7, color="0.4")
     fig.tight_layout()
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
+    paths = [out_dir / "validation.png", out_dir / "validation.svg"]
     for path in paths:
         fig.savefig(path, dpi=150)
     plt.close(fig)
