@@ -18,7 +18,10 @@ import hashlib
 import math
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -449,6 +452,8 @@ class SweepResult:
     computed: int  # cases run this time
     reused: int  # cases found in the store
     failed: list[dict[str, Any]] = field(default_factory=list)  # rows with status "error"
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): records moved aside
+    shared: int = 0  # cases another sweep sharing the folder computed while this one ran
 
 
 def default_jobs() -> int:
@@ -458,19 +463,98 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def check_executor(executor: str, jobs: int | None, scheduler: str | None) -> None:
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
+
+
+def scheduler_is_local(address: str) -> bool:
+    """Whether a Dask scheduler address names this machine's loopback interface."""
+    rest = address.split("://", 1)[-1]
+    if rest.startswith("["):  # [::1]:8786
+        host = rest[: rest.find("]") + 1]
+    else:
+        host = rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+    if host in _LOOPBACK_HOSTS:
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_executor(executor: str, jobs: int | None, scheduler: str | None,
+                   allow_remote: bool = False) -> None:
     if executor not in EXECUTORS:
         raise InputError(f"unknown executor '{executor}' (use local or dask)", field="executor")
     if jobs is not None and jobs < 1:
         raise InputError(f"--jobs must be >= 1, got {jobs}", field="jobs")
-    if scheduler and executor != "dask":
+    if scheduler is not None and executor != "dask":
         raise InputError("--scheduler needs --executor dask", field="scheduler")
+    if scheduler is not None and not scheduler.strip():
+        raise InputError("--scheduler is empty (give HOST:PORT, e.g. tcp://127.0.0.1:8786)", field="scheduler")
+    if scheduler and not allow_remote and not scheduler_is_local(scheduler):
+        raise InputError(
+            f"'{scheduler}' is not on this machine's loopback address; joining a Dask scheduler means "
+            "exchanging pickled tasks (code) with it and every worker it has, so a remote one needs "
+            "--allow-remote-scheduler", field="scheduler")
     if executor == "dask":
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
             raise InputError("--executor dask needs Dask: pip install 'memwall[dask]'",
                              field="executor") from None
+
+
+def check_out_dir(out: str | os.PathLike[str]) -> Path:
+    """The sweep folder, checked before any work: it can be created and written to."""
+    from ..paths import writable_dir
+
+    return writable_dir(out, field="--out")
+
+
+_WAIT = object()  # the feeder has nothing now: every case left is claimed by another sweep
+
+
+class _Feeder:
+    """Hands out the cases this sweep computes, each claimed in the store first.
+
+    A case another live process has claimed is left to it: it is handed out only if that
+    process dies (its lock goes) without writing the record. A record that appears while a
+    case was claimed elsewhere is the other sweep's answer and is used as it is.
+    """
+
+    def __init__(self, todo: Sequence[Case], store: Store, keys: Mapping[Case, str],
+                 on_shared: Callable[[], Any] | None = None) -> None:
+        self.waiting = list(todo)
+        self.on_shared = on_shared
+        self.store = store
+        self.keys = keys
+        self.others: set[Case] = set()
+        self.shared = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting
+
+    def take(self) -> Any:
+        """A claimed case to compute, ``_WAIT``, or None when nothing is left."""
+        for i, case in enumerate(self.waiting):
+            key = self.keys[case]
+            if not self.store.claim(key):
+                self.others.add(case)
+                continue
+            rec = self.store.get(key)
+            if rec is not None and (rec.get("status") == "ok" or case in self.others):
+                self.store.release(key)
+                del self.waiting[i]
+                self.shared += 1
+                if self.on_shared is not None:
+                    self.on_shared()
+                return self.take()
+            del self.waiting[i]
+            return case
+        return _WAIT if self.waiting else None
 
 
 def run_sweep(
@@ -480,6 +564,7 @@ def run_sweep(
     jobs: int | None = None,
     executor: str = "local",
     scheduler: str | None = None,
+    allow_remote_scheduler: bool = False,
     runner: Runner | None = None,
     catalogue: Catalogue | None = None,
     progress: bool = True,
@@ -488,11 +573,14 @@ def run_sweep(
 
     Each finished case is written to ``out/cases/<key>.json`` the moment it arrives, so
     a sweep killed at any point resumes with only the running cases lost. Failed cases
-    are stored with their reason and run again by the next sweep.
+    are stored with their reason and run again by the next sweep. Damaged records are
+    moved aside and recomputed (:class:`~memwall.experiments.store.Store`); a case that
+    another sweep sharing ``out`` is computing is waited for, not computed twice.
     """
     cat = catalogue or Catalogue()
-    check_executor(executor, jobs, scheduler)
+    check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases, cat)
+    check_out_dir(out)
     cases = _dedupe(cases)
     jobs = jobs or default_jobs()
     store = Store(out)
@@ -506,14 +594,18 @@ def run_sweep(
 
     bar = _progress(len(cases), reused, progress)
     failures = 0
+    computed = 0
+    feeder = _Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None)
     try:
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
-            nonlocal failures
+            nonlocal failures, computed
             err = outcome.get("error")
             row = make_row(case, outcome.get("result"), err, cat)
             store.put({"key": keys[case], "status": row["status"], "error": err,
                        "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
                        "result": outcome.get("result")})
+            store.release(keys[case])
+            computed += 1
             if bar is not None:
                 bar.update(1)
                 if err:
@@ -522,13 +614,13 @@ def run_sweep(
 
         if todo:
             if executor == "dask":
-                _run_dask(todo, runner, cat, jobs, scheduler, finish)
+                _run_dask(feeder, runner, cat, jobs, scheduler, finish)
             elif jobs == 1 or len(todo) == 1:
-                for case in todo:
-                    finish(case, execute(case, runner, cat))
+                _run_here(feeder, runner, cat, finish)
             else:
-                _run_local(todo, runner, cat, jobs, finish)
+                _run_local(feeder, runner, cat, min(jobs, len(todo)), finish)
     finally:
+        store.release_all()
         if bar is not None:
             bar.close()
 
@@ -536,7 +628,8 @@ def run_sweep(
     rows.sort(key=row_order)
     write_tables(out, rows, COLUMNS)
     failed = [r for r in rows if r["status"] != "ok"]
-    return SweepResult(out=Path(out), rows=rows, computed=len(todo), reused=reused, failed=failed)
+    return SweepResult(out=Path(out), rows=rows, computed=computed, reused=reused, failed=failed,
+                       damaged=list(store.damaged), shared=feeder.shared)
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:
@@ -548,37 +641,124 @@ def _progress(total: int, done: int, enabled: bool) -> Any:
                 dynamic_ncols=True, smoothing=0.1)
 
 
-def _run_local(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int,
+_POLL = 0.2  # seconds between looks at cases another sweep holds, and at a parent's life
+
+
+def _run_here(feeder: _Feeder, runner: Runner | None, cat: Catalogue,
+              finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
+    """One case at a time in this process (``--jobs 1``): nothing to orphan."""
+    while (case := feeder.take()) is not None:
+        if case is _WAIT:
+            time.sleep(_POLL)
+            continue
+        finish(case, execute(case, runner, cat))
+
+
+def _watch_parent(parent: int) -> None:
+    """Pool worker initializer: die with the sweep, however the sweep dies.
+
+    On Linux the kernel sends SIGKILL when the parent exits (``PR_SET_PDEATHSIG``); on any
+    POSIX system a daemon thread also polls ``getppid`` and exits when the worker has been
+    reparented. Ctrl-C is the parent's to handle: it stops the workers itself.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the prctl took effect
+        os._exit(1)
+
+    def poll() -> None:
+        while True:
+            time.sleep(_POLL)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=poll, name="memwall-watch-parent", daemon=True).start()
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's workers now (Ctrl-C, SIGTERM, an error): running cases are lost, not waited for."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+def _run_local(feeder: _Feeder, runner: Runner | None, cat: Catalogue, jobs: int,
                finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_watch_parent, initargs=(os.getpid(),))
+    clean = False
     try:
-        pending = {pool.submit(execute, case, runner, cat): case for case in todo}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        pending: dict[Any, Case] = {}
+        while True:
+            # A short queue, not every case at once: claims are taken as cases start, so a
+            # second sweep in the same folder gets the rest.
+            while len(pending) < 2 * jobs and (case := feeder.take()) not in (None, _WAIT):
+                pending[pool.submit(execute, case, runner, cat)] = case
+            if not pending:
+                if feeder.done:
+                    break
+                time.sleep(_POLL)
+                continue
+            done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
             for fut in done:
                 finish(pending.pop(fut), fut.result())
+        clean = True
     finally:
-        # On Ctrl-C, drop queued cases at once; the stored ones are kept.
-        pool.shutdown(wait=True, cancel_futures=True)
+        if clean:
+            pool.shutdown(wait=True)
+        else:
+            _stop_workers(pool)
 
 
-def _run_dask(todo: Sequence[Case], runner: Runner | None, cat: Catalogue, jobs: int, scheduler: str | None,
+def _run_dask(feeder: _Feeder, runner: Runner | None, cat: Catalogue, jobs: int, scheduler: str | None,
               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
     import logging
 
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import Client, LocalCluster
+    from dask.distributed import wait as dask_wait
 
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout=30)
+        except OSError as err:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {err}", field="scheduler") from None
     else:
-        cluster = LocalCluster(n_workers=min(jobs, len(todo)), threads_per_worker=1, processes=True,
+        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
-        futures = {client.submit(execute, case, runner, cat, pure=False): case for case in todo}
-        for fut in as_completed(futures):
-            finish(futures[fut], fut.result())
+        window = 2 * max(jobs, sum(client.nthreads().values()))
+        pending: dict[Any, Case] = {}
+        while True:
+            while len(pending) < window and (case := feeder.take()) not in (None, _WAIT):
+                pending[client.submit(execute, case, runner, cat, pure=False)] = case
+            if not pending:
+                if feeder.done:
+                    break
+                time.sleep(_POLL)
+                continue
+            try:
+                done = dask_wait(list(pending), timeout=_POLL, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                continue
+            for fut in done:
+                case = pending.pop(fut)
+                try:
+                    outcome = fut.result()
+                except Exception as err:  # the cluster lost it (a worker died too often): data, not a crash
+                    outcome = {"case": case.as_dict(), "error": f"{type(err).__name__}: {err}"}
+                finish(case, outcome)
     finally:
         client.close()
         if cluster is not None:
