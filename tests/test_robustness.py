@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from memwall.cli import main
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store
+from memwall.simulate import Case
 
 OLD = "vax-11-780"
 CASES = sw.product([OLD], ["encoder-8-3-8", "nettalk"], [1], updates="per-example")
@@ -177,3 +179,246 @@ def test_a_claim_of_a_killed_process_is_taken_over(tmp_path):
     thread.join(60)
     assert not thread.is_alive()
     assert result["r"].computed == len(CASES) and len(result["r"].rows) == len(CASES)
+
+
+# --------------------------------------------------------------------------------------
+# Output paths are checked before any work (items 5 and 13)
+
+
+def _readonly_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").write_text("x")
+    except PermissionError:
+        return folder
+    (folder / "probe").unlink()
+    pytest.skip("running as a user who may write into a read-only folder (root)")
+
+
+@pytest.mark.parametrize("make_out, message", [
+    (lambda t: "", "an empty path"),
+    (lambda t: str(t / "file"), "is not a folder"),
+    (lambda t: "/proc/memwall-test/out", "cannot write into /proc"),
+    (lambda t: str(t / "file" / "below"), "is not a folder"),
+])
+def test_sweep_out_is_checked_before_any_work(tmp_path, capsys, make_out, message):
+    (tmp_path / "file").write_text("not a folder")
+    out = make_out(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    assert main(["sweep", "--machines", OLD, "--networks", "encoder-8-3-8", "--out", out, "--no-progress",
+                 "--no-figures"]) == 2
+    assert message in one_line_error(capsys, "sweep")
+    assert sorted(os.listdir(tmp_path)) == before
+    assert not Path("cases").exists()
+
+
+def test_sweep_into_a_read_only_folder(tmp_path, capsys):
+    ro = _readonly_dir(tmp_path)
+    assert main(["sweep", "--machines", OLD, "--networks", "encoder-8-3-8", "--out", str(ro / "s"),
+                 "--no-progress"]) == 2
+    assert "is not writable" in one_line_error(capsys, "sweep")
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("robust-sweep")
+    sweep(out, CASES[:1])
+    return out
+
+
+@pytest.mark.parametrize("make_target, message", [
+    (lambda t: t, "is a folder"),
+    (lambda t: t / "missing" / "parent" / "x.html", "does not exist"),
+    (lambda t: "", "an empty path"),
+])
+def test_report_output_is_checked_before_any_work(small_sweep, tmp_path, capsys, make_target, message):
+    assert main(["report", str(small_sweep), "-o", str(make_target(tmp_path))]) == 2
+    assert message in one_line_error(capsys, "report")
+    assert not (small_sweep / "figures").exists()
+
+
+def test_report_to_a_full_device(small_sweep, capsys, monkeypatch):
+    import memwall.experiments.figures as fg
+
+    monkeypatch.setattr(fg, "write_figures", lambda *a, **k: pytest.fail("figures should not be needed"))
+    monkeypatch.setattr(fg, "NAMES", ())
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    assert main(["report", str(small_sweep), "-o", "/dev/full"]) == 2
+    assert "No space left on device" in one_line_error(capsys, "report")
+
+
+@pytest.mark.parametrize("out, message", [
+    ("nodir/x.npz", "does not exist"),
+    ("", "an empty path"),
+    (".", "is a folder"),
+    ("/dev/full", "No space left on device"),
+])
+def test_trace_out(tmp_path, capsys, monkeypatch, out, message):
+    monkeypatch.chdir(tmp_path)
+    if out == "/dev/full" and not Path(out).exists():
+        pytest.skip("no /dev/full here")
+    assert main(["trace", "--machine", "cray-1", "--network", "encoder-8-3-8", "--out", out]) == 2
+    assert message in one_line_error(capsys, "trace")
+    assert os.listdir(tmp_path) == []
+
+
+def test_detect_refuses_a_bad_id_or_out_before_measuring(tmp_path, capsys, monkeypatch):
+    from memwall import host
+
+    monkeypatch.setattr(host, "detect", lambda **k: pytest.fail("measured before checking its arguments"))
+    out = tmp_path / "host.toml"
+    assert main(["machines", "detect", "--quick", "--id", "Bad ID!", "--out", str(out)]) == 2
+    assert "kebab-case" in one_line_error(capsys, "machines")
+    assert main(["machines", "detect", "--quick", "--out", str(tmp_path)]) == 2
+    assert "is a folder" in one_line_error(capsys, "machines")
+    assert main(["machines", "detect", "--quick", "--out", str(tmp_path / "no" / "x.toml")]) == 2
+    assert "does not exist" in one_line_error(capsys, "machines")
+    assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------------------
+# `report` on a damaged results.json (item 6)
+
+
+def _rows_file(small_sweep, tmp_path, text: bytes) -> Path:
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    (folder / "results.json").write_bytes(text)
+    return folder
+
+
+GOOD_ROW = {"machine": OLD, "year": 1977, "kind": "scalar", "status": "ok", "batch": 1, "network": "nettalk"}
+
+
+@pytest.mark.parametrize("text, message", [
+    (b'{"columns": ["machine"], "rows": [{"mach', "not valid JSON"),
+    (bytes(range(256)), "not UTF-8"),
+    (b"[1, 2, 3]", "expected a table"),
+    (b'{"columns": [], "rows": null}', "expected a table"),
+    (b'{"columns": [], "rows": [3]}', "row 0 is a JSON int"),
+    (json.dumps({"rows": [{k: v for k, v in GOOD_ROW.items() if k != "machine"}]}).encode(),
+     "'machine' is missing"),
+    (json.dumps({"rows": [{**GOOD_ROW, "year": "1977"}]}).encode(), "'year' is str"),
+])
+def test_report_on_a_damaged_results_json(small_sweep, tmp_path, capsys, text, message):
+    folder = _rows_file(small_sweep, tmp_path, text)
+    assert main(["report", str(folder)]) == 2
+    line = one_line_error(capsys, "report")
+    assert message in line and "results.json" in line
+    assert not (folder / "report.html").exists() and not (folder / "figures").exists()
+
+
+def test_report_shows_a_user_profile_by_name_and_does_not_open_it(tmp_path, capsys, pyplot):
+    from memwall.experiments.report import build_report
+
+    profile = tmp_path / "private" / "my-vax.toml"
+    profile.parent.mkdir()
+    profile.write_text((Path(sw.__file__).parents[3] / "era_data" / "machines" / f"{OLD}.toml").read_text()
+                       .replace(f'id = "{OLD}"', 'id = "my-vax"'))
+    out = tmp_path / "s"
+    sweep(out, [Case(machine=str(profile), network="encoder-8-3-8", batch=1, updates="per-example")])
+    profile.unlink()  # the report must not need it
+    text = build_report(out).read_text()
+    assert str(profile.parent) not in text and "my-vax.toml" in text
+
+
+# --------------------------------------------------------------------------------------
+# Smaller ones: replay without caches, validate's exit status, machine specs, network paths
+
+
+def test_replay_through_a_machine_without_cache_levels(tmp_path, capsys):
+    trace = tmp_path / "t.din"
+    trace.write_text("0 1000 4\n1 2000 4\n")
+    assert main(["replay", str(trace), "--machine", "cray-1"]) == 2
+    assert "no cache levels" in one_line_error(capsys, "replay")
+
+
+def _measurement(machine: str) -> str:
+    return textwrap.dedent(f"""
+        [[measurement]]
+        id = "probe-{machine}"
+        machine = "{machine}"
+        gemm = [64, 64, 64]
+        dtype = "fp32"
+        metric = "flops"
+        value = 1e9
+        source = "a test"
+        reliability = "low"
+        notes = "a probe"
+    """)
+
+
+def test_validate_exits_non_zero_unless_every_case_was_predicted(tmp_path, capsys):
+    d = tmp_path / "m"
+    d.mkdir()
+    assert main(["validate", "--measurements", str(d)]) == 2
+    assert "no measurement" in one_line_error(capsys, "validate")
+    (d / "a.toml").write_text(_measurement("no-such-machine"))
+    assert main(["validate", "--measurements", str(d)]) == 1
+    err = capsys.readouterr().err
+    assert "probe-no-such-machine (unknown machine)" in err and "1 of 1 cases not predicted" in err
+    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    assert main(["validate", "--measurements", str(d)]) == 0
+
+
+def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
+    import memwall.experiments.validate as v
+
+    def boom(case):
+        raise OverflowError("int too large to convert")
+
+    monkeypatch.setattr(v, "default_predictor", lambda: boom)
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    assert main(["validate", "--measurements", str(d)]) == 1
+    assert "probe-h100-sxm (error): OverflowError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("h100-sxm@bw=nan", "bandwidth must be a positive, finite"),
+    ("h100-sxm@bw=inf", "bandwidth must be a positive, finite"),
+    ("h100-sxm@bw=", "is not a number"),
+    ("h100-sxm@bw=1_000", "is not a number"),
+    ("h100-sxm@clock=1e9", "the only setting after '@' is bw"),
+])
+def test_a_bad_synthetic_machine_is_a_bad_bandwidth(tmp_path, capsys, spec, message):
+    assert main(["sweep", "--machines", spec, "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    line = one_line_error(capsys, "sweep")
+    assert message in line and "unknown machine" not in line
+
+
+def test_sweep_accepts_a_network_preset_path(tmp_path, capsys):
+    preset = Path(sw.__file__).parents[3] / "era_data" / "networks" / "encoder-8-3-8.toml"
+    local = tmp_path / "enc.toml"
+    local.write_text(preset.read_text())
+    assert main(["sweep", "--machines", OLD, "--networks", str(local), "--updates", "per-example",
+                 "--out", str(tmp_path / "s"), "--no-progress", "--no-figures"]) == 0
+    rows = json.loads((tmp_path / "s" / "results.json").read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("address, local", [
+    ("tcp://127.0.0.1:8786", True), ("localhost:8786", True), ("tcp://[::1]:8786", True),
+    ("127.0.0.2:1", True), ("tcp://10.0.0.5:8786", False), ("scheduler.example.org:8786", False),
+    ("tls://192.168.1.1:8786", False),
+])
+def test_a_remote_scheduler_needs_explicit_permission(tmp_path, capsys, address, local):
+    assert sw.scheduler_is_local(address) is local
+    if local:
+        return
+    argv = ["sweep", "--machines", OLD, "--executor", "dask", "--scheduler", address,
+            "--out", str(tmp_path / "s"), "--no-progress"]
+    assert main(argv) == 2
+    assert "--allow-remote-scheduler" in one_line_error(capsys, "sweep")
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_help_says_what_joining_a_scheduler_means(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "pickled" in text and "--allow-remote-scheduler" in text

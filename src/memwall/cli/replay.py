@@ -48,7 +48,12 @@ def _levels(args: argparse.Namespace) -> list[Any]:
         from ..profiles import load_machine
     except ImportError as err:
         raise InputError(f"machine profiles are not available in this build: {err}", field="--machine") from None
-    return list(load_machine(args.machine).cache_levels)
+    machine = load_machine(args.machine)
+    levels = list(machine.cache_levels)
+    if not levels:
+        raise InputError(f"{machine.id} has no cache levels (its loads go straight to memory): there is "
+                         "nothing to replay a trace through; give --hierarchy FILE.toml", field="--machine")
+    return levels
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

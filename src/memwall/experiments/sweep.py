@@ -184,18 +184,28 @@ def _network_info(cat: Catalogue, net_id: str) -> NetworkInfo:
 
 
 def parse_machine_spec(spec: str) -> tuple[str, float | None]:
-    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12)."""
-    match = _SYNTH.match(spec)
-    if not match:
+    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12).
+
+    Anything after the last ``@`` (outside a path) must be ``bw=`` and a finite positive
+    number: ``h100@bw=nan`` is a bad bandwidth, not an unknown machine.
+    """
+    base, at, rest = spec.rpartition("@")
+    if not at or "/" in rest or "\\" in rest:
         return spec, None
+    if not base:
+        raise InputError(f"synthetic machine '{spec}' names no base machine (use BASE@bw=B/s)", field="machines")
+    name, eq, value = rest.partition("=")
+    if name.strip() != "bw" or not eq:
+        raise InputError(f"synthetic machine '{spec}': the only setting after '@' is bw=B/s", field="machines")
     try:
-        bw = float(match["bw"])
+        bw = float(value.replace("_", "x"))  # float() takes 1_000; a spec should not
     except ValueError:
-        raise InputError(f"bad bandwidth in synthetic machine '{spec}'", field="machines") from None
+        raise InputError(f"bad bandwidth in synthetic machine '{spec}': {value!r} is not a number",
+                         field="machines") from None
     if not (bw > 0 and math.isfinite(bw)):
-        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive number of B/s",
-                         field="machines")
-    return match["base"], bw
+        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive, finite number of B/s, "
+                         f"got {value!r}", field="machines")
+    return base, bw
 
 
 def synthetic_spec(base: str, bandwidth: float) -> str:
@@ -311,6 +321,11 @@ def check_checkpoint(value: str) -> str:
                      field="checkpoint")
 
 
+def _is_file(spec: str) -> bool:
+    """A profile or preset given as a path to its .toml file, as ``inspect`` accepts."""
+    return spec.endswith(".toml") and Path(spec).is_file()
+
+
 def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:
     """Raise InputError for the first unusable case; called before anything runs."""
     cat = cat or Catalogue()
@@ -320,11 +335,11 @@ def validate(cases: Sequence[Case], cat: Catalogue | None = None) -> None:
     known_n = set(cat.network_ids())
     for case in cases:
         base, _ = parse_machine_spec(case.machine)
-        if base not in known_m and not (base.endswith(".toml") and Path(base).is_file()):
+        if base not in known_m and not _is_file(base):
             raise InputError(f"unknown machine '{base}' (see `memwall machines list`)", field="machines")
         if case.network is None and case.gemm is None:
             raise InputError("a case needs a network or a GEMM", field="networks")
-        if case.network is not None and case.network not in known_n:
+        if case.network is not None and case.network not in known_n and not _is_file(case.network):
             raise InputError(f"unknown network '{case.network}' (see `memwall networks list`)",
                              field="networks")
         if isinstance(case.batch, bool) or not isinstance(case.batch, int) or case.batch < 1:
