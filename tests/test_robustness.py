@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -203,7 +205,8 @@ def _readonly_dir(tmp_path: Path) -> Path:
     (lambda t: "/proc/memwall-test/out", "cannot write into /proc"),
     (lambda t: str(t / "file" / "below"), "is not a folder"),
 ])
-def test_sweep_out_is_checked_before_any_work(tmp_path, capsys, make_out, message):
+def test_sweep_out_is_checked_before_any_work(tmp_path, capsys, monkeypatch, make_out, message):
+    monkeypatch.chdir(tmp_path)  # `--out ''` once wrote into the current folder
     (tmp_path / "file").write_text("not a folder")
     out = make_out(tmp_path)
     before = sorted(os.listdir(tmp_path))
@@ -211,7 +214,6 @@ def test_sweep_out_is_checked_before_any_work(tmp_path, capsys, make_out, messag
                  "--no-figures"]) == 2
     assert message in one_line_error(capsys, "sweep")
     assert sorted(os.listdir(tmp_path)) == before
-    assert not Path("cases").exists()
 
 
 def test_sweep_into_a_read_only_folder(tmp_path, capsys):
@@ -422,3 +424,64 @@ def test_sweep_help_says_what_joining_a_scheduler_means(capsys):
         main(["sweep", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "pickled" in text and "--allow-remote-scheduler" in text
+
+
+# --------------------------------------------------------------------------------------
+# Workers die with their sweep (item 8)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie has died: only its exit status is left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+def test_killing_a_sweep_leaves_no_worker_behind(tmp_path, sig):
+    cmd = [sys.executable, "-m", "memwall", "sweep", "--machines", OLD, "cray-1", "--networks", "affine-48x1024",
+           "--batches", "1", "2", "--updates", "per-example", "--jobs", "2", "--out", str(tmp_path / "s"),
+           "--no-progress", "--no-figures"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            workers = _children(proc.pid)
+        assert len(workers) >= 2, "the sweep should have started its two workers"
+        time.sleep(0.5)  # into the cases
+        assert proc.poll() is None, "the sweep ended before the kill"
+        sent = time.monotonic()
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=10)
+        assert time.monotonic() - sent < 2.0, "the sweep should stop at once, not finish its running cases"
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 143 and "terminated" in proc.stderr.read()
+        if sig == signal.SIGINT:
+            assert proc.returncode == 130 and "interrupted" in proc.stderr.read()
+        deadline = time.monotonic() + 5
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], "workers outlived their sweep"
+    finally:
+        for pid in [proc.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    assert not list((tmp_path / "s" / "cases").glob("*.claim")) or sig == signal.SIGKILL
