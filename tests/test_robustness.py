@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from memwall.cli import main
+from memwall.data import era_data_dir
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store
 from memwall.simulate import Case
@@ -318,7 +319,7 @@ def test_report_shows_a_user_profile_by_name_and_does_not_open_it(tmp_path, caps
 
     profile = tmp_path / "private" / "my-vax.toml"
     profile.parent.mkdir()
-    profile.write_text((Path(sw.__file__).parents[3] / "era_data" / "machines" / f"{OLD}.toml").read_text()
+    profile.write_text((era_data_dir() / "machines" / f"{OLD}.toml").read_text()
                        .replace(f'id = "{OLD}"', 'id = "my-vax"'))
     out = tmp_path / "s"
     sweep(out, [Case(machine=str(profile), network="encoder-8-3-8", batch=1, updates="per-example")])
@@ -394,7 +395,7 @@ def test_a_bad_synthetic_machine_is_a_bad_bandwidth(tmp_path, capsys, spec, mess
 
 
 def test_sweep_accepts_a_network_preset_path(tmp_path, capsys):
-    preset = Path(sw.__file__).parents[3] / "era_data" / "networks" / "encoder-8-3-8.toml"
+    preset = era_data_dir() / "networks" / "encoder-8-3-8.toml"
     local = tmp_path / "enc.toml"
     local.write_text(preset.read_text())
     assert main(["sweep", "--machines", OLD, "--networks", str(local), "--updates", "per-example",
@@ -485,3 +486,30 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path, sig):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
     assert not list((tmp_path / "s" / "cases").glob("*.claim")) or sig == signal.SIGKILL
+
+
+# --------------------------------------------------------------------------------------
+# Ctrl-C stops a long replay within a second (item 2)
+
+
+@pytest.mark.parametrize("machine", ["cray-1", "vax-11-780"])
+def test_ctrl_c_stops_a_long_inspect_within_a_second(tmp_path, machine):
+    wide = tmp_path / "wide.toml"
+    wide.write_text((era_data_dir() / "networks" / "nettalk.toml").read_text()
+                    .replace("layers = [203, 80, 26]", "layers = [203, 1000000000, 26]")
+                    .replace('id = "nettalk"', 'id = "wide"'))
+    proc = subprocess.Popen([sys.executable, "-m", "memwall", "inspect", "--machine", machine, "--network", str(wide),
+                             "--max-lookups", "1e13", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # well into the replay (the refusal check and the set-up take well under 1 s)
+        assert proc.poll() is None
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        assert time.monotonic() - sent < 1.0
+        assert proc.returncode == 130 and "interrupted" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

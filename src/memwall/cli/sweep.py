@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 from ..errors import InputError
+from .inspect import _count
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -58,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "needs --allow-remote-scheduler")
     p.add_argument("--allow-remote-scheduler", action="store_true",
                    help="allow a --scheduler that is not on this machine's loopback address")
+    p.add_argument("--max-lookups", type=_count, default=None, metavar="N",
+                   help="a case whose replay needs more than N line lookups fails with the estimate "
+                        "instead of running (default: about ten minutes of replay per case)")
     p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                           allow_remote_scheduler=args.allow_remote_scheduler, catalogue=cat,
+                          max_lookups=args.max_lookups,
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -436,10 +436,10 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 # Running
 
 
-def _default_runner(case: Case, machine: Any = None) -> Mapping[str, Any]:
+def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None) -> Mapping[str, Any]:
     from ..simulate import run_case
 
-    return run_case(case, machine=machine)
+    return run_case(case, machine=machine, max_lookups=max_lookups)
 
 
 def execute(case: Case, runner: Runner | None = None, cat: Catalogue | None = None) -> dict[str, Any]:
@@ -583,6 +583,7 @@ def run_sweep(
     runner: Runner | None = None,
     catalogue: Catalogue | None = None,
     progress: bool = True,
+    max_lookups: int | None = None,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
 
@@ -590,8 +591,12 @@ def run_sweep(
     a sweep killed at any point resumes with only the running cases lost. Failed cases
     are stored with their reason and run again by the next sweep. Damaged records are
     moved aside and recomputed (:class:`~memwall.experiments.store.Store`); a case that
-    another sweep sharing ``out`` is computing is waited for, not computed twice.
+    another sweep sharing ``out`` is computing is waited for, not computed twice. A case
+    whose replay would need more than ``max_lookups`` line lookups (None: the default of
+    :func:`memwall.simulate.run_case`) fails with the estimate as its reason.
     """
+    if runner is None and max_lookups is not None:
+        runner = partial(_default_runner, max_lookups=max_lookups)
     cat = catalogue or Catalogue()
     check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases, cat)
