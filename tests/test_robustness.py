@@ -513,3 +513,13 @@ def test_ctrl_c_stops_a_long_inspect_within_a_second(tmp_path, machine):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sweep_max_lookups_fails_the_case_with_the_estimate(tmp_path, capsys):
+    argv = ["sweep", "--machines", OLD, "--networks", "nettalk", "--batches", "64", "--out", str(tmp_path / "s"),
+            "--no-progress", "--no-figures", "--jobs", "1"]
+    assert main([*argv, "--max-lookups", "1000"]) == 1
+    rows = json.loads((tmp_path / "s" / "results.json").read_text())["rows"]
+    assert rows[0]["status"] == "error" and "line lookups" in rows[0]["error"] and "--max-lookups" in rows[0]["error"]
+    capsys.readouterr()
+    assert main(argv) == 0  # the default limit lets it run, and the failed case is run again
