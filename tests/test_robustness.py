@@ -217,6 +217,30 @@ def test_sweep_out_is_checked_before_any_work(tmp_path, capsys, monkeypatch, mak
     assert sorted(os.listdir(tmp_path)) == before
 
 
+@pytest.mark.parametrize("squatter", ["cases", "results.csv"])
+def test_sweep_into_a_folder_whose_parts_are_the_wrong_kind(tmp_path, capsys, squatter):
+    out = tmp_path / "s"
+    out.mkdir()
+    if squatter == "cases":
+        (out / "cases").write_text("a file")
+    else:
+        (out / "results.csv").mkdir()
+    assert main(["sweep", "--machines", OLD, "--networks", "encoder-8-3-8", "--out", str(out), "--no-progress"]) == 2
+    assert "not a sweep folder" in one_line_error(capsys, "sweep")
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pytest.importorskip("dask.distributed")
+    assert main(["sweep", "--machines", OLD, "--networks", "encoder-8-3-8", "--executor", "dask",
+                 "--scheduler", f"tcp://127.0.0.1:{port}", "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    assert "cannot reach the Dask scheduler" in capsys.readouterr().err
+
+
 def test_sweep_into_a_read_only_folder(tmp_path, capsys):
     ro = _readonly_dir(tmp_path)
     assert main(["sweep", "--machines", OLD, "--networks", "encoder-8-3-8", "--out", str(ro / "s"),

@@ -109,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
                           max_lookups=args.max_lookups,
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
-    print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "
-          f"in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
+    shared = f", {result.shared} computed by another sweep in the same folder" if result.shared else ""
+    print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'}"
+          f"{shared} in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
     if not args.no_figures:
         from ..experiments.figures import write_figures
 

@@ -524,8 +524,18 @@ def check_executor(executor: str, jobs: int | None, scheduler: str | None,
 def check_out_dir(out: str | os.PathLike[str]) -> Path:
     """The sweep folder, checked before any work: it can be created and written to."""
     from ..paths import writable_dir
+    from .store import CASES_DIR, RESULTS_CSV, RESULTS_JSON
 
-    return writable_dir(out, field="--out")
+    folder = writable_dir(out, field="--out")
+    cases = folder / CASES_DIR
+    if cases.exists() and not cases.is_dir():
+        raise InputError(f"{cases} is not a folder: {folder} is not a sweep folder", field="--out")
+    if cases.is_dir():
+        writable_dir(cases, field="--out")
+    for name in (RESULTS_CSV, RESULTS_JSON):
+        if (folder / name).is_dir():
+            raise InputError(f"{folder / name} is a folder: {folder} is not a sweep folder", field="--out")
+    return folder
 
 
 _WAIT = object()  # the feeder has nothing now: every case left is claimed by another sweep
@@ -750,7 +760,7 @@ def _run_dask(feeder: _Feeder, runner: Runner | None, cat: Catalogue, jobs: int,
     cluster = None
     if scheduler:
         try:
-            client = Client(scheduler, timeout=30)
+            client = Client(scheduler, timeout=10)
         except OSError as err:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {err}", field="scheduler") from None
     else:
