@@ -317,7 +317,8 @@ def _rows_file(small_sweep, tmp_path, text: bytes) -> Path:
     return folder
 
 
-GOOD_ROW = {"machine": OLD, "year": 1977, "kind": "scalar", "status": "ok", "batch": 1, "network": "nettalk"}
+GOOD_ROW = {"machine": OLD, "year": 1977, "kind": "scalar", "status": "ok", "batch": 1, "network": "nettalk",
+            "checkpoint": "none", "updates": "minibatch", "phase": "train", "seconds": 1.5, "synthetic": False}
 
 
 @pytest.mark.parametrize("text, message", [
@@ -329,6 +330,14 @@ GOOD_ROW = {"machine": OLD, "year": 1977, "kind": "scalar", "status": "ok", "bat
     (json.dumps({"rows": [{k: v for k, v in GOOD_ROW.items() if k != "machine"}]}).encode(),
      "'machine' is missing"),
     (json.dumps({"rows": [{**GOOD_ROW, "year": "1977"}]}).encode(), "'year' is str"),
+    (json.dumps({"rows": [{k: v for k, v in GOOD_ROW.items() if k != "checkpoint"}]}).encode(),
+     "'checkpoint' is missing"),
+    (json.dumps({"rows": [{**GOOD_ROW, "seconds": [1]}]}).encode(), "'seconds' is list"),
+    (json.dumps({"rows": [{**GOOD_ROW, "stall_fraction": "x"}]}).encode(), "'stall_fraction' is str"),
+    (b'{"rows": [{"machine": "vax-11-780", "year": 1977, "kind": "scalar", "status": "ok", "batch": 1, '
+     b'"network": null, "checkpoint": "none", "updates": "minibatch", "phase": "train", "seconds": NaN}]}',
+     "'seconds' is float nan"),
+    (json.dumps({"rows": [{**GOOD_ROW, "status": "fine"}]}).encode(), "neither 'ok' nor 'error'"),
 ])
 def test_report_on_a_damaged_results_json(small_sweep, tmp_path, capsys, text, message):
     folder = _rows_file(small_sweep, tmp_path, text)

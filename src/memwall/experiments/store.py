@@ -296,11 +296,35 @@ def write_tables(root: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
     return csv_path, json_path
 
 
-# What every row of results.json must hold for the report and figures to use it.
+# What every row of results.json must hold for the report and figures to use it; every
+# other field is a finite number or null, but these text ones (and 'synthetic', a bool).
 ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
-    "network": (str, type(None)),
+    "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
+ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound"})
+
+
+def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, reason) for the first field of a row a sweep could not have written."""
+    for name, types in ROW_FIELDS.items():
+        value = row.get(name)
+        if name not in row or isinstance(value, bool) or not isinstance(value, types):
+            return name, "missing" if name not in row else f"{type(value).__name__} {value!r}"
+    if row["status"] not in ("ok", "error"):
+        return "status", f"{row['status']!r}, neither 'ok' nor 'error'"
+    for name, value in row.items():
+        if name in ROW_FIELDS or value is None:
+            continue
+        if name in ROW_TEXT:
+            ok = isinstance(value, str)
+        elif name == "synthetic":
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok:
+            return name, f"{type(value).__name__} {value!r}"
+    return None
 
 
 def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -329,11 +353,10 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not isinstance(row, dict):
             raise InputError(f"row {i} is a JSON {type(row).__name__}, not a table", file=str(path),
                              field=f"rows[{i}]")
-        for name, types in ROW_FIELDS.items():
-            value = row.get(name)
-            if name not in row or isinstance(value, bool) or not isinstance(value, types):
-                what = "missing" if name not in row else f"{type(value).__name__} {value!r}"
-                raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")
+        problem = _row_problem(row)
+        if problem is not None:
+            name, what = problem
+            raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")
     return list(rows)
 
 
