@@ -485,6 +485,21 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")  # a zombie has died: only its exit status is left
 
 
+def dying_runner(case, machine=None):
+    """The real runner, except that batch 3 kills its own worker, as the OOM killer would."""
+    if case.batch == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return sw._default_runner(case, machine)
+
+
+def test_a_worker_that_dies_fails_its_case_and_the_sweep_goes_on(tmp_path):
+    cases = sw.product([OLD], ["encoder-8-3-8"], [1, 2, 3, 4, 5], updates="per-example")
+    res = sweep(tmp_path / "s", cases, jobs=2, runner=dying_runner)
+    assert len(res.rows) == len(cases)
+    assert [r["batch"] for r in res.failed] == [3]
+    assert "worker process running this case died" in res.failed[0]["error"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_killing_a_sweep_leaves_no_worker_behind(tmp_path, sig):

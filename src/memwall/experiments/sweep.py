@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
@@ -725,29 +726,67 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 def _run_local(feeder: _Feeder, runner: Runner | None, cat: Catalogue, jobs: int,
                finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_watch_parent, initargs=(os.getpid(),))
-    clean = False
-    try:
-        pending: dict[Any, Case] = {}
-        while True:
-            # A short queue, not every case at once: claims are taken as cases start, so a
-            # second sweep in the same folder gets the rest.
-            while len(pending) < 2 * jobs and (case := feeder.take()) not in (None, _WAIT):
-                pending[pool.submit(execute, case, runner, cat)] = case
-            if not pending:
-                if feeder.done:
+    """Cases on a pool of ``jobs`` worker processes.
+
+    A worker that dies (killed, out of memory) breaks the pool, and every case in flight
+    with it. Those cases are run again in a new pool one at a time, so that a case that
+    breaks that pool too is known to be the culprit: it is recorded as failed with that
+    reason, and the sweep goes on.
+    """
+    retry: list[Case] = []
+    while True:
+        solo = bool(retry)
+        pool = ProcessPoolExecutor(max_workers=1 if solo else jobs, initializer=_watch_parent,
+                                   initargs=(os.getpid(),))
+        lost: list[Case] = []
+        ended = False
+        try:
+            pending: dict[Any, Case] = {}
+            while True:
+                # A short queue, not every case at once: claims are taken as cases start, so
+                # a second sweep in the same folder gets the rest.
+                while len(pending) < (1 if solo else 2 * jobs):
+                    case = (retry.pop(0) if retry else None) if solo else feeder.take()
+                    if case is None or case is _WAIT:
+                        break
+                    try:
+                        pending[pool.submit(execute, case, runner, cat)] = case
+                    except BrokenProcessPool:  # a worker died since the last look
+                        lost.append(case)
+                        break
+                if not lost:
+                    if not pending:
+                        if solo or feeder.done:
+                            break
+                        time.sleep(_POLL)
+                        continue
+                    done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        case = pending.pop(fut)
+                        try:
+                            outcome = fut.result()
+                        except BrokenProcessPool:
+                            lost.append(case)
+                            continue
+                        finish(case, outcome)
+                if lost:
+                    lost += pending.values()
                     break
-                time.sleep(_POLL)
-                continue
-            done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
-            for fut in done:
-                finish(pending.pop(fut), fut.result())
-        clean = True
-    finally:
-        if clean:
+            ended = True
+        finally:
+            if lost or not ended:  # a broken pool, or Ctrl-C, SIGTERM, an error: kill, don't wait
+                _stop_workers(pool)
+        if not lost:
             pool.shutdown(wait=True)
+            if solo:
+                continue  # the retried cases are done: back to the full pool
+            return
+        if solo:
+            finish(lost[0], {"case": lost[0].as_dict(),
+                             "error": "the worker process running this case died (killed, or out of memory)"})
+            retry = lost[1:] + retry
         else:
-            _stop_workers(pool)
+            retry = lost + retry
 
 
 def _run_dask(feeder: _Feeder, runner: Runner | None, cat: Catalogue, jobs: int, scheduler: str | None,
