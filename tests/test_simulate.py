@@ -181,3 +181,98 @@ def test_a_level_bandwidth_floor_binds_on_a_synthetic_machine():
     ))
     r = run_case(Case(machine="vax-11-780", network="encoder-8-3-8", batch=1), machine=slow)
     assert r["bound"] == base.cache_levels[0].name
+
+
+# --- the cost guard and the cut replay (issue 17, item 2) ------------------------------------
+
+def _random_nest(rng):
+    from memwall.streams import Access, LoopNest
+
+    depth = rng.randint(1, 4)
+    counts = tuple(rng.choice([1, 1, 2, 3, 7, 40]) for _ in range(depth))
+    accesses = []
+    for _ in range(rng.randint(1, 5)):
+        d = rng.randint(0, depth)
+        accesses.append(Access(base=rng.randrange(0, 1 << 20), strides=tuple(rng.choice([0, 4, 8, 64, 200])
+                                                                                 for _ in range(d)),
+                               size=rng.choice([1, 4, 8, 64, 100]), is_write=rng.random() < 0.3,
+                               after=rng.random() < 0.3, rows=rng.choice([1, 1, 3]), row_stride=96))
+    return LoopNest(counts, tuple(accesses), "random")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_cut_replay_is_the_same_accesses_in_the_same_order(seed):
+    import random
+
+    import numpy as np
+
+    from memwall.engine import Hierarchy
+
+    rng = random.Random(seed)
+    nest = _random_nest(rng)
+    limit = max(1, nest.line_lookups(64) // rng.choice([2, 5, 50]))
+    pieces = list(simulate._pieces(nest, limit, 64))
+    whole = nest.expand()
+    cut = [p.expand() for p in pieces]
+    for i in range(3):
+        assert np.array_equal(whole[i], np.concatenate([c[i] for c in cut]) if cut else whole[i])
+    levels = [LevelSpec(name="L1", size=1024, line=64, ways=2), LevelSpec(name="L2", size=8192, line=64, ways=4)]
+    a, b = Hierarchy(levels), Hierarchy(levels)
+    a.replay_nest(nest)
+    for p in pieces:
+        b.replay_nest(p)
+    assert a.counters().as_dict() == b.counters().as_dict()
+
+
+@pytest.mark.parametrize("machine, kw", [
+    ("h100-sxm", {"gemm": (1_000_000, 1_000_000, 1_000_000)}),
+    ("vax-11-780", {"network": "nettalk", "batch": 10**12}),
+    ("vax-11-780", {"gemm": (1_000_000, 1_000_000, 1_000_000), "exact": True}),
+])
+def test_days_of_work_are_refused_at_once_with_the_estimate(machine, kw, capsys):
+    import time
+
+    argv = ["inspect", "--machine", machine, "--no-progress"]
+    if "gemm" in kw:
+        argv += ["--gemm", ",".join(map(str, kw["gemm"]))]
+    else:
+        argv += ["--network", kw["network"], "--batch", str(kw["batch"])]
+    if kw.get("exact"):
+        argv.append("--exact")
+    start = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - start < 1.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line lookups" in err[0] and "--max-lookups" in err[0], err
+
+
+def test_a_wide_network_is_refused_and_max_lookups_is_the_limit(tmp_path, capsys):
+    import time
+
+    from memwall.data import era_data_dir
+
+    text = (era_data_dir() / "networks" / "nettalk.toml").read_text()
+    wide = tmp_path / "wide.toml"
+    wide.write_text(text.replace("layers = [203, 80, 26]", "layers = [203, 1000000000, 26]")
+                    .replace('id = "nettalk"', 'id = "wide"'))
+    start = time.monotonic()
+    assert main(["inspect", "--machine", "vax-11-780", "--network", str(wide), "--no-progress"]) == 2
+    assert time.monotonic() - start < 1.0
+    assert "line lookups" in capsys.readouterr().err
+    # A small limit refuses a small case; the estimate is what the replay really does.
+    case = Case(machine="vax-11-780", network="nettalk", batch=64)
+    step = simulate.build_case_step(case)
+    plan = simulate.plan_replay(load_machine("vax-11-780"), step)
+    with pytest.raises(simulate.InputError, match="line lookups"):
+        run_case(case, max_lookups=plan.lookups - 1)
+    seen = []
+    run_case(case, max_lookups=plan.lookups, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][1] == plan.lookups and seen[-1][0] == pytest.approx(plan.lookups, rel=0.05)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1.5", "nan", "inf", "ten"])
+def test_max_lookups_must_be_a_whole_number(value, capsys):
+    with pytest.raises(SystemExit):
+        main(["inspect", "--machine", "cray-1", "--network", "nettalk", "--max-lookups", value])
+    assert "whole number" in capsys.readouterr().err

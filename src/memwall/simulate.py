@@ -9,12 +9,15 @@ prints and each row of a sweep is made from.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
 from .networks import load_network
 from .profiles import Machine, load_machine
+from .streams import LoopNest
 from .timing import KernelTiming, StepTiming, arithmetic_rate, time_kernel, traffic_from_counters
 from .workloads.config import TrainingConfig
 from .workloads.lowering import Lowered, lower
@@ -85,9 +88,42 @@ def build_case_step(case: Case) -> Step:
 STEP_BUDGET = 40_000_000
 SAMPLE_FLOOR = 1_000_000
 
+# The cost guard. The engine replays between about 17 M (a GPU's tiled step through three
+# levels) and 250 M (a machine without caches) first-level line lookups a second on one
+# core of the machine this was measured on; ENGINE_RATE is the slow end, so an estimate
+# errs long. MAX_LOOKUPS is ten minutes at that rate: a case that would replay more is
+# refused before any work unless the caller raises the limit (``--max-lookups``).
+ENGINE_RATE = 17e6  # line lookups per second
+MAX_LOOKUPS = int(ENGINE_RATE * 600)
+# A replay is cut into pieces of about this many lookups where the nest allows it
+# (quarter-second pieces: the progress bar moves, and Ctrl-C is seen between pieces).
+CHUNK_LOOKUPS = int(ENGINE_RATE / 4)
 
-def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepTiming:
-    """Replay every kernel of a step through the machine's caches and time it.
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What :func:`simulate_step` will replay, worked out before any of it runs.
+
+    ``replays[k][i]`` is ``(warm_up, counted, scale)`` for nest ``i`` of kernel ``k``
+    (``LoopNest.sample``; ``(None, nest, 1.0)`` when the nest is replayed whole), and
+    ``lookups`` the first-level line lookups of all of it, every pass included: the
+    engine's work, counted from the streams alone.
+    """
+
+    lowered: list[Lowered]
+    passes: int
+    replays: list[list[tuple[LoopNest | None, LoopNest, float]]]
+    lookups: int
+    line: int
+
+    @property
+    def seconds(self) -> float:
+        """The estimated replay time at :data:`ENGINE_RATE`."""
+        return self.lookups / ENGINE_RATE
+
+
+def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayPlan:
+    """Lower every kernel and decide what to replay (sampled, or whole when ``exact``).
 
     When the step's peak live bytes are at most twice the caches' total size, the kernel
     list is replayed once to warm them and counted on the second pass: a training run
@@ -97,7 +133,6 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
     ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
     """
     levels = machine.cache_levels
-    hierarchy = Hierarchy(levels)
     line = levels[0].line if levels else 64
     lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
     cache_bytes = sum(level.size for level in levels)
@@ -105,14 +140,93 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False) -> StepT
     sizes = [[nest.line_lookups(line) for nest in low.nests] for low in lowered]
     total = sum(map(sum, sizes))
     share = 0.0 if exact or total <= STEP_BUDGET else STEP_BUDGET / total
+    replays = []
+    lookups = 0
+    for kernel, low, nest_sizes in zip(step.kernels, lowered, sizes, strict=True):
+        # Sampling replays the start of a nest, so the cache state a kernel inherits
+        # and leaves is only approximated: kept to kernels that overflow the caches.
+        sample = share and _footprint(kernel) >= 2 * cache_bytes
+        row = []
+        for nest, n in zip(low.nests, nest_sizes, strict=True):
+            budget = max(SAMPLE_FLOOR, int(n * share)) if sample else 0
+            warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
+            row.append((warm, counted, scale))
+            lookups += counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
+        replays.append(row)
+    return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
+
+
+def check_cost(plan: ReplayPlan, max_lookups: int | None, *, exact: bool = False) -> None:
+    """Refuse, with the estimate, a replay over ``max_lookups`` (None: :data:`MAX_LOOKUPS`)."""
+    limit = MAX_LOOKUPS if max_lookups is None else max_lookups
+    if plan.lookups <= limit:
+        return
+    hint = "" if exact else " (already sampled: see docs/timing.md)"
+    raise InputError(
+        f"this step would replay {plan.lookups:.3g} line lookups{hint}, about {_duration(plan.seconds)} "
+        f"at ~{ENGINE_RATE / 1e6:.0f} M lookups/s; the limit is {limit:.3g}: pass --max-lookups "
+        f"{_round_up(plan.lookups)} to run it anyway", field="--max-lookups")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits, as a limit a person types."""
+    digits = max(0, len(str(n)) - 2)
+    return -(-n // 10**digits) * 10**digits
+
+
+def _pieces(nest: LoopNest, limit: int, line: int) -> Iterator[LoopNest]:
+    """``nest`` as consecutive nests that replay the same accesses in the same order.
+
+    Cut along the outermost loop ``d`` that runs more than once (the loops around it run
+    once): iterations ``[i, j)`` of loop ``d`` are the nest with that loop's count ``j - i``
+    and the bases of the accesses inside it moved by ``i`` strides. The accesses outside
+    loop ``d`` (issued once, before or after it) go with the first or the last piece. A
+    piece of one iteration that is still too long is cut again one loop further in.
+    """
+    total = nest.line_lookups(line)
+    d = next((i for i, c in enumerate(nest.counts) if c != 1), None)
+    if total <= limit or d is None or nest.counts[d] == 0 or not any(a.depth > d for a in nest.accesses):
+        yield nest
+        return
+    count = nest.counts[d]
+    step = max(1, count * limit // total)
+    if step >= count:
+        yield nest
+        return
+    head, rest = nest.counts[:d], nest.counts[d + 1:]
+    for i in range(0, count, step):
+        k = min(step, count - i)
+        first, last = i == 0, i + k >= count
+        accesses = tuple(replace(a, base=a.base + i * a.strides[d]) if a.depth > d else a
+                         for a in nest.accesses
+                         if a.depth > d or (first and not a.after) or (last and a.after))
+        piece = LoopNest(head + (k,) + rest, accesses, nest.label)
+        if k == 1:
+            yield from _pieces(piece, limit, line)
+        else:
+            yield piece
+
+
+def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
+                  progress: Callable[[int], Any] | None = None) -> StepTiming:
+    """Replay every kernel of a step through the machine's caches and time it.
+
+    What is replayed (warm-up pass, sampling) is :func:`plan_replay`'s; ``progress``, if
+    given, is called with the line lookups of each piece as it finishes.
+    """
+    plan = plan or plan_replay(machine, step, exact=exact)
+    hierarchy = Hierarchy(machine.cache_levels)
     timings: list[KernelTiming] = []
-    for last in [p == passes - 1 for p in range(passes)]:
-        for kernel, low, nest_sizes in zip(step.kernels, lowered, sizes, strict=True):
-            # Sampling replays the start of a nest, so the cache state a kernel inherits
-            # and leaves is only approximated: kept to kernels that overflow the caches.
-            sample = share and _footprint(kernel) >= 2 * cache_bytes
-            budgets = [max(SAMPLE_FLOOR, int(n * share)) if sample else 0 for n in nest_sizes]
-            counts = _replay(hierarchy, low, budgets, line)
+    for last in [p == plan.passes - 1 for p in range(plan.passes)]:
+        for kernel, low, replays in zip(step.kernels, plan.lowered, plan.replays, strict=True):
+            counts = _replay(hierarchy, replays, plan.line, progress)
             if not last:
                 continue
             reads, writes, nbytes, inner = _demand(low)
@@ -155,19 +269,26 @@ def _footprint(kernel: Kernel) -> int:
     return sum({t.name: t.bytes for t in (*kernel.reads, *kernel.writes)}.values())
 
 
-def _replay(hierarchy: Hierarchy, lowered: Lowered, budgets: list[int], line: int) -> HierarchyCounters:
-    """The counters one kernel run adds, each nest replayed whole or (budget > 0) sampled."""
+def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
+            progress: Callable[[int], Any] | None) -> HierarchyCounters:
+    """The counters one kernel run adds, each nest replayed whole or sampled, as planned."""
     start = hierarchy.counters()
     total = start - start
-    for nest, budget in zip(lowered.nests, budgets, strict=True):
-        warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
+    for warm, counted, scale in replays:
         if warm is not None:
-            hierarchy.replay_nest(warm)
+            _run(hierarchy, warm, line, progress)
         before = hierarchy.counters()
-        hierarchy.replay_nest(counted)
+        _run(hierarchy, counted, line, progress)
         delta = hierarchy.counters() - before
         total = total + (delta.scaled(scale) if scale != 1.0 else delta)
     return total
+
+
+def _run(hierarchy: Hierarchy, nest: LoopNest, line: int, progress: Callable[[int], Any] | None) -> None:
+    for piece in _pieces(nest, CHUNK_LOOKUPS, line):
+        hierarchy.replay_nest(piece)
+        if progress is not None:
+            progress(piece.line_lookups(line))
 
 
 def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: float) -> dict:
@@ -268,12 +389,29 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     }
 
 
-def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False) -> dict:
+def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
+             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
     (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
-    of every nest instead of sampling the large ones."""
+    of every nest instead of sampling the large ones.
+
+    Before any replay the cost is estimated (:func:`plan_replay`) and a case over
+    ``max_lookups`` line lookups (None: :data:`MAX_LOOKUPS`) is refused with an
+    InputError giving the estimate. ``progress(done, total)``, if given, is called as
+    pieces of the replay finish, in line lookups."""
     if machine is None:
         machine = load_machine(case.machine)
     step = build_case_step(case)
-    timing = simulate_step(machine, step, exact=exact)
+    plan = plan_replay(machine, step, exact=exact)
+    check_cost(plan, max_lookups, exact=exact)
+    tick = None
+    if progress is not None:
+        done = 0
+
+        def tick(n: int) -> None:
+            nonlocal done
+            done += n
+            progress(done, plan.lookups)
+
+    timing = simulate_step(machine, step, plan=plan, progress=tick)
     return result_dict(case, step, timing)

@@ -2,7 +2,9 @@
 
 Each module here defines ``register(subparsers)``, which adds its subcommand and sets
 ``func`` on its parser. Bad input (:class:`memwall.errors.InputError`) is printed as one
-line naming the file, line or field, with exit status 2.
+line naming the file, line or field, with exit status 2. SIGTERM is turned into an
+exception, so every ``finally`` runs (a sweep stops its workers and frees its claims)
+and the exit status is 143; Ctrl-C gives 130.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,14 +69,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so cleanup code runs."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (main() called from a test's thread)
+        pass
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print(f"memwall {args.command}: terminated", file=sys.stderr)
+        return 143
     except InputError as err:
         print(f"memwall {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -82,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"memwall {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

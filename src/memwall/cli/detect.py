@@ -8,10 +8,12 @@ It adds itself under ``memwall machines`` through the hook ``register_machines``
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
 from .. import host, profiles
+from ..errors import InputError
 from . import add_command
 from ._output import print_json
 
@@ -37,10 +39,28 @@ def register_machines(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
 
 
+# The profile loader's rule for ids: lowercase kebab-case.
+_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
 def cmd_detect(args: argparse.Namespace) -> int:
+    # Checked before measuring, so a bad --id or --out costs nothing and leaves no file.
+    if not _ID.fullmatch(args.id):
+        raise InputError(f"id {args.id!r} must be lowercase kebab-case (letters, digits, single hyphens)",
+                         field="--id")
+    if args.out is not None:
+        from ..paths import writable_file
+
+        writable_file(args.out, field="--out")
+        writable_file(args.out + ".json", field="--out")
     detected = host.detect(quick=args.quick, verbose=not args.json, root=host.SYS_CPU)
     if args.out:
-        path = host.write_profile(detected, args.out, args.id)
+        from ..paths import write_error
+
+        try:
+            path = host.write_profile(detected, args.out, args.id)
+        except OSError as err:
+            raise write_error(args.out, err, field="--out") from None
         errors = profiles.validate_paths([path])
         for err in errors:
             print(str(err), file=sys.stderr)

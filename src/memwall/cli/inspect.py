@@ -49,7 +49,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
+    p.add_argument("--max-lookups", type=_count, default=None, metavar="N",
+                   help="refuse a step whose replay needs more than N line lookups (default: about ten "
+                        "minutes of replay; the refusal gives the estimate)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _count(text: str) -> int:
+    """A positive whole number, also written as 1e10."""
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < 1 or value == float("inf") or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (such as 2e10), got {text!r}")
+    return int(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,7 +84,17 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         gemm=args.gemm,
     )
-    result = run_case(case, exact=args.exact)
+    from tqdm import tqdm
+
+    # disable=None: a bar only when stderr is a terminal; its ETA is tqdm's, from the rate so far.
+    with tqdm(total=None, unit=" lookups", unit_scale=True, file=sys.stderr, mininterval=0.5, desc="replay",
+              disable=True if args.no_progress else None, leave=False) as bar:
+        def progress(done: int, total: int) -> None:
+            if bar.total != total:
+                bar.total = total
+            bar.update(done - bar.n)
+
+        result = run_case(case, exact=args.exact, max_lookups=args.max_lookups, progress=progress)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

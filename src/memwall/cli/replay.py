@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from ..errors import InputError
 from ..traces import FORMATS
 from . import add_command
 from ._output import print_json
@@ -45,7 +46,12 @@ def _levels(args: argparse.Namespace) -> list[Any]:
         return load_hierarchy_file(args.hierarchy)
     from ..profiles import load_machine
 
-    return list(load_machine(args.machine).cache_levels)
+    machine = load_machine(args.machine)
+    levels = list(machine.cache_levels)
+    if not levels:
+        raise InputError(f"{machine.id} has no cache levels (its loads go straight to memory): there is "
+                         "nothing to replay a trace through; give --hierarchy FILE.toml", field="--machine")
+    return levels
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -1,4 +1,9 @@
-"""``memwall report DIR``: one self-contained HTML page of a sweep's figures and tables."""
+"""``memwall report DIR``: one self-contained HTML page of a sweep's figures and tables.
+
+The page is built from what the sweep wrote into DIR (``results.json``, ``figures/``,
+``validation.json``) and the shipped profiles; a damaged ``results.json`` is one error
+line and exit status 2 (see :func:`memwall.experiments.store.read_rows`).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "report", run, help="write a static HTML report of a sweep folder",
                     description=DESCRIPTION)
     p.add_argument("dir", metavar="DIR", help="a folder written by `memwall sweep --out DIR`")
-    p.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: DIR/report.html)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write the page (default: DIR/report.html); its folder must exist")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from ..errors import InputError
 from ..vocabulary import CHECKPOINT_SYNTAX, PHASES, UPDATES
 from . import add_command
+from .inspect import _count
 
 DESCRIPTION = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " ")
 
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "sweep", run, description=DESCRIPTION,
                     help="sweep machines × networks × batches (× checkpointing), in parallel and resumable")
     p.add_argument("--machines", nargs="+", metavar="ID", help="machine ids or profile paths (BASE@bw=B/s for synthetic)")
-    p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids")
+    p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids or preset .toml paths")
     p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
     p.add_argument("--checkpoint", nargs="+", metavar="MODE", help=CHECKPOINT_SYNTAX)
     p.add_argument("--updates", choices=UPDATES, help="override updates on every case")
@@ -51,7 +52,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="join this Dask scheduler instead of a local cluster")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="join this Dask scheduler instead of starting a local cluster. Joining a scheduler "
+                        "means exchanging pickled Python objects (tasks, which run as code, and their "
+                        "results) with it and with every worker it has: only join one you trust. "
+                        "Loopback addresses (127.0.0.1, localhost, ::1) are accepted; any other "
+                        "needs --allow-remote-scheduler")
+    p.add_argument("--allow-remote-scheduler", action="store_true",
+                   help="allow a --scheduler that is not on this machine's loopback address")
+    p.add_argument("--max-lookups", type=_count, default=None, metavar="N",
+                   help="a case whose replay needs more than N line lookups fails with the estimate "
+                        "instead of running (default: about ten minutes of replay per case)")
     p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -86,15 +97,19 @@ def build_cases(args: argparse.Namespace) -> list:
 def run(args: argparse.Namespace) -> int:
     from ..experiments import sweep as sw
 
-    sw.check_executor(args.executor, args.jobs, args.scheduler)
+    sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing
+    sw.check_executor(args.executor, args.jobs, args.scheduler, args.allow_remote_scheduler)
     cases = build_cases(args)
     sw.validate(cases)  # every argument checked before any case runs
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
+                          allow_remote_scheduler=args.allow_remote_scheduler,
+                          max_lookups=args.max_lookups,
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
-    print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'} "
-          f"in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
+    shared = f", {result.shared} computed by another sweep in the same folder" if result.shared else ""
+    print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'}"
+          f"{shared} in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
     if not args.no_figures:
         from ..experiments.figures import write_figures
 

@@ -31,9 +31,11 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_trace(args: Any) -> int:
+    from ..paths import writable_file, write_error
     from ..profiles import load_machine  # profiles are loaded only when a trace is asked for
     from ..workloads.lowering import lower
 
+    out = writable_file(args.out, field="--out")  # before any work
     machine = load_machine(args.machine)
     line = machine.cache_levels[0].line if machine.cache_levels else 64
     step = step_from_args(args)
@@ -42,7 +44,17 @@ def cmd_trace(args: Any) -> int:
     if total > args.max_accesses:
         raise InputError(f"the trace would hold {total:,} accesses, over --max-accesses {args.max_accesses:,}",
                          field="--max-accesses")
-    out = Path(args.out)
+    try:
+        _write(out, nests)
+    except OSError as err:
+        if out.is_file():  # a torn trace is worse than none
+            out.unlink()
+        raise write_error(out, err, field="--out") from None
+    print(f"{out}: {total:,} accesses from {len(step.kernels)} kernels ({machine.schedule.family} schedule of {machine.id})")
+    return 0
+
+
+def _write(out: Path, nests: list[Any]) -> None:
     if out.suffix == ".npz":
         parts = [n.expand() for n in nests]
         addr = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
@@ -54,5 +66,3 @@ def cmd_trace(args: Any) -> int:
             for n in nests:
                 addr, size, wr = n.expand()
                 f.writelines(f"{w} {a:x} {s}\n" for a, s, w in zip(addr.tolist(), size.tolist(), wr.tolist(), strict=True))
-    print(f"{out}: {total:,} accesses from {len(step.kernels)} kernels ({machine.schedule.family} schedule of {machine.id})")
-    return 0

@@ -4,6 +4,10 @@ Reads the shipped measurement set (or the ``*.toml`` files of ``--measurements D
 predicts each with :func:`memwall.simulate.run_case`, and prints one row per case and the
 summary (or, with ``--json``, ``{"cases": [...], "summary": {...}}``). The comparison
 itself lives in :mod:`memwall.experiments.validate`.
+
+Exit status: 0 when every case was predicted; 1 when any was not (an unknown machine or
+network, or an error), each named on stderr with its reason; 2 when there is nothing to
+validate (no measurement in the folder) or a file is bad.
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import InputError
     from ..experiments.measurements import load_measurements
     from ..experiments.validate import format_table, summarize, to_json, validate, validation_figure
 
     measurements = load_measurements(args.measurements)
+    if not measurements:
+        where = args.measurements or "the shipped measurement set"
+        raise InputError("no measurement to validate (no [[measurement]] in any *.toml file)", file=str(where))
     results = validate(measurements)
     if args.figure:
         paths = validation_figure(results, args.figure)
@@ -43,4 +51,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(to_json(results), indent=2)
     else:
         print(format_table(results, summarize(results)))
+    missed = [r for r in results if r.status != "ok"]
+    for r in missed:
+        print(f"memwall validate: not predicted: {r.id} ({r.status}): {r.error}", file=sys.stderr)
+    if missed:
+        print(f"memwall validate: {len(missed)} of {len(results)} cases not predicted", file=sys.stderr)
+        return 1
     return 0

@@ -20,7 +20,7 @@ from typing import Any
 from .. import MODEL_VERSION
 from ..errors import InputError
 from . import figures as fg
-from .store import RESULTS_JSON, read_rows
+from .store import read_rows
 
 CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
@@ -116,7 +116,16 @@ def _validation(folder: Path) -> dict[str, Any] | None:
     path = folder / "validation.json"
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"damaged ({type(err).__name__}); delete it or run the sweep again",
+                         file=str(path)) from None
+    if not (isinstance(data, dict) and isinstance(data.get("summary"), dict)
+            and isinstance(data.get("cases"), list) and all(isinstance(c, dict) for c in data["cases"])):
+        raise InputError("expected {\"cases\": [...], \"summary\": {...}} as the sweep writes it",
+                         file=str(path))
+    return data
 
 
 def _figure_data(folder: Path, name: str) -> str:
@@ -124,11 +133,27 @@ def _figure_data(folder: Path, name: str) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _provenance(machine_id: str) -> tuple[dict[str, Any] | None, str | None]:
-    base = machine_id.split("@")[0]
-    try:
-        from ..profiles import load_machine
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".toml") or "/" in spec or "\\" in spec
 
+
+def label(spec: Any) -> str:
+    """What the report shows for a machine or network: a user file by its name, never its path."""
+    text = "" if spec is None else str(spec)
+    base, at, rest = text.rpartition("@")
+    head, tail = (base, at + rest) if at and "/" not in rest else (text, "")
+    return (Path(head).name if _is_path(head) else head) + tail
+
+
+def _provenance(machine_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A shipped profile's content; a user's profile file is not opened (the report reads
+    only what the sweep wrote and the shipped data, whatever paths results.json names)."""
+    base = machine_id.split("@")[0]
+    from ..profiles import load_machine, machine_ids
+
+    if base not in machine_ids():
+        return None, f"{label(base)} is not a shipped profile: its provenance is not shown"
+    try:
         return load_machine(base).as_dict(), None
     except Exception as err:  # the report still shows the results without the profile
         return None, f"profile {base} could not be loaded: {err}"
@@ -136,20 +161,30 @@ def _provenance(machine_id: str) -> tuple[dict[str, Any] | None, str | None]:
 
 def build_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write ``folder/report.html`` (or ``out``) from the sweep in ``folder``; returns its path."""
+    from ..paths import writable_file, write_error
+
     folder = Path(folder)
-    if not (folder / RESULTS_JSON).is_file():
-        raise InputError(f"no {RESULTS_JSON} here; run `memwall sweep --out {folder}` first", file=str(folder))
+    if not folder.is_dir():
+        raise InputError(f"no results.json: no such folder; run `memwall sweep --out {folder}` first"
+                         if not folder.exists()
+                         else "not a folder: give the folder `memwall sweep --out` wrote", file=str(folder))
+    target = writable_file(out if out is not None else folder / "report.html", field="--output")
     rows = read_rows(folder)
     figdir = folder / "figures"
     if not all((figdir / f"{n}.png").is_file() for n in fg.NAMES):
         fg.write_figures(folder, rows)
-    target = Path(out) if out else folder / "report.html"
-    target.write_text(render(rows, figdir), encoding="utf-8")
+    text = render(rows, figdir)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise write_error(target, err, field="--output") from None
     return target
 
 
 def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
     """The report's HTML text."""
+    rows = [{**r, "machine": label(r["machine"]),
+             "network": label(r["network"]) if r.get("network") is not None else None} for r in rows]
     ok = [r for r in rows if r.get("status") == "ok"]
     failed = [r for r in rows if r.get("status") != "ok"]
     levels = fg.stall_levels(ok)
@@ -202,7 +237,8 @@ def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
     for mid in machines:
         mrows = [r for r in ok if r["machine"] == mid]
         first = next(r for r in rows if r["machine"] == mid)
-        out.append(f"<h3 id='m-{_e(mid)}'>{_e(first.get('name') or mid)} ({_e(first['year'])}, {_e(first['kind'])})</h3>")
+        title = first.get("name") if not _is_path(mid) else None
+        out.append(f"<h3 id='m-{_e(label(mid))}'>{_e(title or label(mid))} ({_e(first['year'])}, {_e(first['kind'])})</h3>")
         profile, problem = _provenance(mid)
         if profile:
             peak = profile["peak_flops"].get(profile["primary_dtype"])
@@ -215,7 +251,7 @@ def render(rows: Sequence[Mapping[str, Any]], figdir: Path) -> str:
                        "<th>seconds</th><th>stall</th><th class='t'>cycles: compute | stall by level | overhead"
                        "</th>" + "".join(f"<th>stall {_e(lv)}</th>" for lv in levels) + "</tr></thead><tbody>")
             for r in mrows:
-                out.append(f"<tr><td class='t'>{_e(r['network'])}</td><td>{_num(r['batch'])}</td>"
+                out.append(f"<tr><td class='t'>{_e(label(r['network']))}</td><td>{_num(r['batch'])}</td>"
                            f"<td class='t'>{_e(r['checkpoint'])}, {_e(r['updates'])}, {_e(r['phase'])}</td>"
                            f"<td>{_num(r['seconds'])}</td><td>{_num(r['stall_fraction'])}</td>"
                            f"<td class='t'>{_stall_bar(r, levels)}</td>"

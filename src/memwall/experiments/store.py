@@ -1,4 +1,4 @@
-"""The sweep's result store: one JSON file per finished case, written atomically.
+"""The sweep's result store: one self-checking JSON file per finished case, written atomically.
 
 Owns: the layout of a sweep folder (``DIR/cases/<key>.json``, ``DIR/results.csv``,
 ``DIR/results.json``), writing one case's record so that a kill at any moment leaves
@@ -6,63 +6,203 @@ either the whole file or none of it, reading records back, and rebuilding the re
 tables from the records in a fixed order, so the same cases always give the same bytes.
 
 A record is a plain dict: ``key``, ``status`` (``"ok"`` or ``"error"``), ``row`` (the
-flat results row) and, for a failed case, ``error`` (the reason). What a key hashes is
-the sweep's business (:mod:`memwall.experiments.sweep`); the store only trusts it.
+flat results row), for a failed case ``error`` (the reason), and ``checksum``: the
+SHA-256 of the record's canonical JSON without it. What a key hashes is the sweep's
+business (:mod:`memwall.experiments.sweep`); the store only trusts it.
+
+Damage. A record that cannot be read (not UTF-8, not JSON, a folder in its place), has
+the wrong shape (no ``row``, another key) or fails its checksum (edited by hand) is
+never used: it is reported once through ``on_damaged``, moved to ``DIR/cases/quarantine/``
+and treated as missing, so the case is computed again.
+
+Claims. Two sweeps may share a folder: before running a case a sweep takes its claim,
+an exclusive ``flock`` on ``DIR/cases/<key>.claim``, held until the record is written.
+The kernel drops the lock when its holder dies, however it dies, so a claim of a dead
+process is free again at once. Where ``fcntl`` is missing (Windows), claims always
+succeed and two sweeps sharing a folder may compute a case twice.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
 import os
+import shutil
+import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 CASES_DIR = "cases"
+QUARANTINE_DIR = "quarantine"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
+
+
+def _warn(message: str) -> None:
+    print(f"memwall: warning: {message}", file=sys.stderr)
 
 
 class Store:
     """The records of one sweep folder."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str],
+                 on_damaged: Callable[[str], None] | None = _warn) -> None:
         self.root = Path(root)
         self.cases = self.root / CASES_DIR
+        self.quarantine = self.cases / QUARANTINE_DIR
+        self.on_damaged = on_damaged
+        self.damaged: list[tuple[str, str]] = []  # (key, reason), in the order found
+        self._claims: dict[str, IO[bytes]] = {}
 
     def path(self, key: str) -> Path:
         return self.cases / f"{key}.json"
 
+    def has(self, key: str) -> bool:
+        return self.get(key) is not None
+
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored record for ``key``, or None if absent or unreadable."""
+        """The stored record for ``key``; None if absent or damaged (then moved aside)."""
+        path = self.path(key)
         try:
-            text = self.path(key).read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            return self._damaged(key, "a folder stands where the record should be")
+        except OSError as err:
+            return self._damaged(key, f"cannot be read ({err.strerror or err})")
         try:
-            record = json.loads(text)
-        except json.JSONDecodeError:
-            # Only a file written by hand can be torn (ours are renamed into place);
-            # treat it as missing so the case is simply run again.
+            record = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return self._damaged(key, "not UTF-8 text")
+        except json.JSONDecodeError as err:
+            return self._damaged(key, f"not JSON ({err.msg} at line {err.lineno})")
+        reason = _check(record, key)
+        return self._damaged(key, reason) if reason else record
+
+    def _damaged(self, key: str, reason: str) -> None:
+        path = self.path(key)
+        self.quarantine.mkdir(parents=True, exist_ok=True)
+        target = self.quarantine / path.name
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.quarantine / f"{key}.{n}.json"
+        try:
+            os.replace(path, target)
+            where = f"moved to {target}"
+        except FileNotFoundError:  # another sweep sharing the folder moved it first
             return None
-        return record if isinstance(record, dict) and record.get("key") == key else None
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            where = "removed"
+        self.damaged.append((key, reason))
+        if self.on_damaged is not None:
+            self.on_damaged(f"stored case {path}: {reason}; {where}, the case is computed again")
+        return None
 
     def put(self, record: Mapping[str, Any]) -> Path:
-        """Write one record atomically: temp file in the same folder, fsync, rename."""
+        """Write one record, with its checksum, atomically: temp file, fsync, rename."""
         key = record["key"]
         self.cases.mkdir(parents=True, exist_ok=True)
         final = self.path(key)
-        _atomic_write(final, dumps(record))
+        body = {k: v for k, v in record.items() if k != "checksum"}
+        body["checksum"] = checksum(body)
+        _atomic_write(final, dumps(body))
         return final
 
     def keys(self) -> list[str]:
         if not self.cases.is_dir():
             return []
         return sorted(p.stem for p in self.cases.glob("*.json"))
+
+    # ----------------------------------------------------------------------------------
+    # Claims: which sweep computes which case
+
+    def claim(self, key: str) -> bool:
+        """Take the claim on ``key``; False if a live process holds it."""
+        if key in self._claims:
+            return True
+        if fcntl is None:  # pragma: no cover - not POSIX
+            self._claims[key] = None  # type: ignore[assignment]
+            return True
+        self.cases.mkdir(parents=True, exist_ok=True)
+        path = self.cases / f"{key}.claim"
+        while True:
+            handle = open(path, "ab+")  # noqa: SIM115 - held open while the claim lasts
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return False
+            # The holder before us may have unlinked the file between our open and lock:
+            # then we locked a file nobody else sees, and must lock the one at the path.
+            try:
+                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                handle.truncate(0)
+                handle.write(f"{os.getpid()}\n".encode())
+                handle.flush()
+                self._claims[key] = handle
+                return True
+            handle.close()
+
+    def release(self, key: str) -> None:
+        """Give up the claim on ``key`` (after its record is written, or on the way out)."""
+        handle = self._claims.pop(key, None)
+        if handle is None:
+            return
+        try:
+            os.unlink(self.cases / f"{key}.claim")
+        except FileNotFoundError:
+            pass
+        handle.close()  # closing drops the lock
+
+    def release_all(self) -> None:
+        for key in list(self._claims):
+            self.release(key)
+
+    def claimed(self) -> list[str]:
+        return sorted(self._claims)
+
+
+def checksum(record: Mapping[str, Any]) -> str:
+    """SHA-256 of a record's canonical JSON, its own ``checksum`` field left out."""
+    body = {k: v for k, v in record.items() if k != "checksum"}
+    return hashlib.sha256(dumps(body).encode("utf-8")).hexdigest()
+
+
+def _check(record: Any, key: str) -> str | None:
+    """Why ``record`` is not a usable record for ``key``, or None."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a record"
+    if record.get("key") != key:
+        return f"holds key {record.get('key')!r}, not its file name's"
+    if not isinstance(record.get("row"), dict):
+        return "no 'row' table" if "row" not in record else f"'row' is {type(record['row']).__name__}, not a table"
+    if record.get("status") not in ("ok", "error"):
+        return f"status {record.get('status')!r} is neither 'ok' nor 'error'"
+    if "checksum" not in record:
+        return "no checksum (written by hand or by an older memwall)"
+    try:
+        expected = checksum(record)
+    except (TypeError, ValueError) as err:
+        return f"cannot be re-encoded ({err})"
+    if record["checksum"] != expected:
+        return "its checksum does not match its content (edited after it was written)"
+    return None
 
 
 def dumps(value: Any) -> str:
@@ -81,9 +221,25 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _file_mode() -> int:
+    """0666 less the umask: what ``open`` would give, where mkstemp gives 0600."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no other way to read it; set back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _atomic_write(final: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
@@ -140,9 +296,66 @@ def write_tables(root: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
     return csv_path, json_path
 
 
+# What every row of results.json must hold for the report and figures to use it; every
+# other field is a finite number or null, but these text ones (and 'synthetic', a bool).
+ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
+    "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
+}
+ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound"})
+
+
+def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, reason) for the first field of a row a sweep could not have written."""
+    for name, types in ROW_FIELDS.items():
+        value = row.get(name)
+        if name not in row or isinstance(value, bool) or not isinstance(value, types):
+            return name, "missing" if name not in row else f"{type(value).__name__} {value!r}"
+    if row["status"] not in ("ok", "error"):
+        return "status", f"{row['status']!r}, neither 'ok' nor 'error'"
+    for name, value in row.items():
+        if name in ROW_FIELDS or value is None:
+            continue
+        if name in ROW_TEXT:
+            ok = isinstance(value, str)
+        elif name == "synthetic":
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok:
+            return name, f"{type(value).__name__} {value!r}"
+    return None
+
+
 def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of a sweep folder's ``results.json``."""
+    """The rows of a sweep folder's ``results.json``; InputError if it is not one a sweep wrote."""
+    from ..errors import InputError
+
     path = Path(root) / RESULTS_JSON
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return list(data["rows"])
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"no {RESULTS_JSON}; run `memwall sweep --out {root}` first", file=str(root)) from None
+    except IsADirectoryError:
+        raise InputError("a folder, not the sweep's results table", file=str(path)) from None
+    except OSError as err:
+        raise InputError(f"cannot be read: {err.strerror or err}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text: not a results table a sweep wrote", file=str(path)) from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"not valid JSON ({err.msg}); damaged or truncated: run the sweep again",
+                         file=str(path), line=err.lineno) from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise InputError("expected a table {\"columns\": [...], \"rows\": [...]} as `memwall sweep` writes",
+                         file=str(path), field="rows")
+    rows = data["rows"]
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise InputError(f"row {i} is a JSON {type(row).__name__}, not a table", file=str(path),
+                             field=f"rows[{i}]")
+        problem = _row_problem(row)
+        if problem is not None:
+            name, what = problem
+            raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")
+    return list(rows)
 

@@ -18,11 +18,15 @@ import hashlib
 import math
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -154,18 +158,28 @@ def network_info(net_id: str) -> NetworkInfo:
 
 
 def parse_machine_spec(spec: str) -> tuple[str, float | None]:
-    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12)."""
-    match = _SYNTH.match(spec)
-    if not match:
+    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12).
+
+    Anything after the last ``@`` (outside a path) must be ``bw=`` and a finite positive
+    number: ``h100@bw=nan`` is a bad bandwidth, not an unknown machine.
+    """
+    base, at, rest = spec.rpartition("@")
+    if not at or "/" in rest or "\\" in rest:
         return spec, None
+    if not base:
+        raise InputError(f"synthetic machine '{spec}' names no base machine (use BASE@bw=B/s)", field="machines")
+    name, eq, value = rest.partition("=")
+    if name.strip() != "bw" or not eq:
+        raise InputError(f"synthetic machine '{spec}': the only setting after '@' is bw=B/s", field="machines")
     try:
-        bw = float(match["bw"])
+        bw = float(value.replace("_", "x"))  # float() takes 1_000; a spec should not
     except ValueError:
-        raise InputError(f"bad bandwidth in synthetic machine '{spec}'", field="machines") from None
+        raise InputError(f"bad bandwidth in synthetic machine '{spec}': {value!r} is not a number",
+                         field="machines") from None
     if not (bw > 0 and math.isfinite(bw)):
-        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive number of B/s",
-                         field="machines")
-    return match["base"], bw
+        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive, finite number of B/s, "
+                         f"got {value!r}", field="machines")
+    return base, bw
 
 
 def synthetic_spec(base: str, bandwidth: float) -> str:
@@ -274,6 +288,11 @@ def check_checkpoint(value: str) -> str:
     return value
 
 
+def _is_file(spec: str) -> bool:
+    """A profile or preset given as a path to its .toml file, as ``inspect`` accepts."""
+    return spec.endswith(".toml") and Path(spec).is_file()
+
+
 def validate(cases: Sequence[Case]) -> None:
     """Raise InputError for the first unusable case; called before anything runs."""
     if not cases:
@@ -282,11 +301,11 @@ def validate(cases: Sequence[Case]) -> None:
     known_n = set(network_ids())
     for case in cases:
         base, _ = parse_machine_spec(case.machine)
-        if base not in known_m and not (base.endswith(".toml") and Path(base).is_file()):
+        if base not in known_m and not _is_file(base):
             raise InputError(f"unknown machine '{base}' (see `memwall machines list`)", field="machines")
         if case.network is None and case.gemm is None:
             raise InputError("a case needs a network or a GEMM", field="networks")
-        if case.network is not None and case.network not in known_n:
+        if case.network is not None and case.network not in known_n and not _is_file(case.network):
             raise InputError(f"unknown network '{case.network}' (see `memwall networks list`)",
                              field="networks")
         if isinstance(case.batch, bool) or not isinstance(case.batch, int) or case.batch < 1:
@@ -375,10 +394,10 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 # Running
 
 
-def _default_runner(case: Case, machine: Any = None) -> Mapping[str, Any]:
+def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None) -> Mapping[str, Any]:
     from ..simulate import run_case
 
-    return run_case(case, machine=machine)
+    return run_case(case, machine=machine, max_lookups=max_lookups)
 
 
 def execute(case: Case, runner: Runner | None = None) -> dict[str, Any]:
@@ -406,6 +425,8 @@ class SweepResult:
     computed: int  # cases run this time
     reused: int  # cases found in the store
     failed: list[dict[str, Any]] = field(default_factory=list)  # rows with status "error"
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): records moved aside
+    shared: int = 0  # cases another sweep sharing the folder computed while this one ran
 
 
 def default_jobs() -> int:
@@ -415,19 +436,108 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def check_executor(executor: str, jobs: int | None, scheduler: str | None) -> None:
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
+
+
+def scheduler_is_local(address: str) -> bool:
+    """Whether a Dask scheduler address names this machine's loopback interface."""
+    rest = address.split("://", 1)[-1]
+    if rest.startswith("["):  # [::1]:8786
+        host = rest[: rest.find("]") + 1]
+    else:
+        host = rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+    if host in _LOOPBACK_HOSTS:
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_executor(executor: str, jobs: int | None, scheduler: str | None,
+                   allow_remote: bool = False) -> None:
     if executor not in EXECUTORS:
         raise InputError(f"unknown executor '{executor}' (use local or dask)", field="executor")
     if jobs is not None and jobs < 1:
         raise InputError(f"--jobs must be >= 1, got {jobs}", field="jobs")
-    if scheduler and executor != "dask":
+    if scheduler is not None and executor != "dask":
         raise InputError("--scheduler needs --executor dask", field="scheduler")
+    if scheduler is not None and not scheduler.strip():
+        raise InputError("--scheduler is empty (give HOST:PORT, e.g. tcp://127.0.0.1:8786)", field="scheduler")
+    if scheduler and not allow_remote and not scheduler_is_local(scheduler):
+        raise InputError(
+            f"'{scheduler}' is not on this machine's loopback address; joining a Dask scheduler means "
+            "exchanging pickled tasks (code) with it and every worker it has, so a remote one needs "
+            "--allow-remote-scheduler", field="scheduler")
     if executor == "dask":
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
             raise InputError("--executor dask needs Dask: pip install 'memwall[dask]'",
                              field="executor") from None
+
+
+def check_out_dir(out: str | os.PathLike[str]) -> Path:
+    """The sweep folder, checked before any work: it can be created and written to."""
+    from ..paths import writable_dir
+    from .store import CASES_DIR, RESULTS_CSV, RESULTS_JSON
+
+    folder = writable_dir(out, field="--out")
+    cases = folder / CASES_DIR
+    if cases.exists() and not cases.is_dir():
+        raise InputError(f"{cases} is not a folder: {folder} is not a sweep folder", field="--out")
+    if cases.is_dir():
+        writable_dir(cases, field="--out")
+    for name in (RESULTS_CSV, RESULTS_JSON):
+        if (folder / name).is_dir():
+            raise InputError(f"{folder / name} is a folder: {folder} is not a sweep folder", field="--out")
+    return folder
+
+
+_WAIT = object()  # the feeder has nothing now: every case left is claimed by another sweep
+
+
+class _Feeder:
+    """Hands out the cases this sweep computes, each claimed in the store first.
+
+    A case another live process has claimed is left to it: it is handed out only if that
+    process dies (its lock goes) without writing the record. A record that appears while a
+    case was claimed elsewhere is the other sweep's answer and is used as it is.
+    """
+
+    def __init__(self, todo: Sequence[Case], store: Store, keys: Mapping[Case, str],
+                 on_shared: Callable[[], Any] | None = None) -> None:
+        self.waiting = list(todo)
+        self.on_shared = on_shared
+        self.store = store
+        self.keys = keys
+        self.others: set[Case] = set()
+        self.shared = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting
+
+    def take(self) -> Any:
+        """A claimed case to compute, ``_WAIT``, or None when nothing is left."""
+        for i, case in enumerate(self.waiting):
+            key = self.keys[case]
+            if not self.store.claim(key):
+                self.others.add(case)
+                continue
+            rec = self.store.get(key)
+            if rec is not None and (rec.get("status") == "ok" or case in self.others):
+                self.store.release(key)
+                del self.waiting[i]
+                self.shared += 1
+                if self.on_shared is not None:
+                    self.on_shared()
+                return self.take()
+            del self.waiting[i]
+            return case
+        return _WAIT if self.waiting else None
 
 
 def run_sweep(
@@ -437,17 +547,26 @@ def run_sweep(
     jobs: int | None = None,
     executor: str = "local",
     scheduler: str | None = None,
+    allow_remote_scheduler: bool = False,
     runner: Runner | None = None,
     progress: bool = True,
+    max_lookups: int | None = None,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
 
     Each finished case is written to ``out/cases/<key>.json`` the moment it arrives, so
     a sweep killed at any point resumes with only the running cases lost. Failed cases
-    are stored with their reason and run again by the next sweep.
+    are stored with their reason and run again by the next sweep. Damaged records are
+    moved aside and recomputed (:class:`~memwall.experiments.store.Store`); a case that
+    another sweep sharing ``out`` is computing is waited for, not computed twice. A case
+    whose replay would need more than ``max_lookups`` line lookups (None: the default of
+    :func:`memwall.simulate.run_case`) fails with the estimate as its reason.
     """
-    check_executor(executor, jobs, scheduler)
+    if runner is None and max_lookups is not None:
+        runner = partial(_default_runner, max_lookups=max_lookups)
+    check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases)
+    check_out_dir(out)
     cases = _dedupe(cases)
     jobs = jobs or default_jobs()
     store = Store(out)
@@ -461,14 +580,18 @@ def run_sweep(
 
     bar = _progress(len(cases), reused, progress)
     failures = 0
+    computed = 0
+    feeder = _Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None)
     try:
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
-            nonlocal failures
+            nonlocal failures, computed
             err = outcome.get("error")
             row = make_row(case, outcome.get("result"), err)
             store.put({"key": keys[case], "status": row["status"], "error": err,
                        "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
                        "result": outcome.get("result")})
+            store.release(keys[case])
+            computed += 1
             if bar is not None:
                 bar.update(1)
                 if err:
@@ -477,13 +600,13 @@ def run_sweep(
 
         if todo:
             if executor == "dask":
-                _run_dask(todo, runner, jobs, scheduler, finish)
+                _run_dask(feeder, runner, jobs, scheduler, finish)
             elif jobs == 1 or len(todo) == 1:
-                for case in todo:
-                    finish(case, execute(case, runner))
+                _run_here(feeder, runner, finish)
             else:
-                _run_local(todo, runner, jobs, finish)
+                _run_local(feeder, runner, min(jobs, len(todo)), finish)
     finally:
+        store.release_all()
         if bar is not None:
             bar.close()
 
@@ -491,7 +614,8 @@ def run_sweep(
     rows.sort(key=row_order)
     write_tables(out, rows, COLUMNS)
     failed = [r for r in rows if r["status"] != "ok"]
-    return SweepResult(out=Path(out), rows=rows, computed=len(todo), reused=reused, failed=failed)
+    return SweepResult(out=Path(out), rows=rows, computed=computed, reused=reused, failed=failed,
+                       damaged=list(store.damaged), shared=feeder.shared)
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:
@@ -503,37 +627,171 @@ def _progress(total: int, done: int, enabled: bool) -> Any:
                 dynamic_ncols=True, smoothing=0.1)
 
 
-def _run_local(todo: Sequence[Case], runner: Runner | None, jobs: int,
-               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)))
-    try:
-        pending = {pool.submit(execute, case, runner): case for case in todo}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+_POLL = 0.2  # seconds between looks at cases another sweep holds, and at a parent's life
+
+
+def _run_here(feeder: _Feeder, runner: Runner | None,
+              finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
+    """One case at a time in this process (``--jobs 1``): nothing to orphan."""
+    while (case := feeder.take()) is not None:
+        if case is _WAIT:
+            time.sleep(_POLL)
+            continue
+        finish(case, execute(case, runner))
+
+
+def _watch_parent(parent: int) -> None:
+    """Pool worker initializer: die with the sweep, however the sweep dies.
+
+    On Linux the kernel sends SIGKILL when the parent exits (``PR_SET_PDEATHSIG``); on any
+    POSIX system a daemon thread also polls ``getppid`` and exits when the worker has been
+    reparented. Ctrl-C is the parent's to handle: it stops the workers itself.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the prctl took effect
+        os._exit(1)
+
+    def poll() -> None:
+        while True:
+            time.sleep(_POLL)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=poll, name="memwall-watch-parent", daemon=True).start()
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's workers now (Ctrl-C, SIGTERM, an error): running cases are lost, not waited for."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+def _drain_pool(pool: ProcessPoolExecutor, next_case: Callable[[], Any], width: int, solo: bool,
+                feeder: _Feeder, runner: Runner | None,
+                finish: Callable[[Case, Mapping[str, Any]], None]) -> list[Case]:
+    """Feed ``pool`` at most ``width`` cases at a time until there are no more; the cases
+    lost with the pool when one of its workers died (empty when none did)."""
+    pending: dict[Any, Case] = {}
+    lost: list[Case] = []
+    while True:
+        # A short queue, not every case at once: claims are taken as cases start, so a
+        # second sweep in the same folder gets the rest.
+        while len(pending) < width:
+            case = next_case()
+            if case is None or case is _WAIT:
+                break
+            try:
+                pending[pool.submit(execute, case, runner)] = case
+            except BrokenProcessPool:  # a worker died since the last look
+                lost.append(case)
+                break
+        if not lost:
+            if not pending:
+                if solo or feeder.done:
+                    return lost
+                time.sleep(_POLL)
+                continue
+            done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
             for fut in done:
-                finish(pending.pop(fut), fut.result())
-    finally:
-        # On Ctrl-C, drop queued cases at once; the stored ones are kept.
-        pool.shutdown(wait=True, cancel_futures=True)
+                case = pending.pop(fut)
+                try:
+                    outcome = fut.result()
+                except BrokenProcessPool:
+                    lost.append(case)
+                    continue
+                finish(case, outcome)
+        if lost:
+            return lost + list(pending.values())
 
 
-def _run_dask(todo: Sequence[Case], runner: Runner | None, jobs: int, scheduler: str | None,
+def _run_local(feeder: _Feeder, runner: Runner | None, jobs: int,
+               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
+    """Cases on a pool of ``jobs`` worker processes.
+
+    A worker that dies (killed, out of memory) breaks the pool, and every case in flight
+    with it. Those cases are run again in a new pool one at a time, so that a case that
+    breaks that pool too is known to be the culprit: it is recorded as failed with that
+    reason, and the sweep goes on.
+    """
+    retry: list[Case] = []
+    while True:
+        solo = bool(retry)
+        pool = ProcessPoolExecutor(max_workers=1 if solo else jobs, initializer=_watch_parent,
+                                   initargs=(os.getpid(),))
+        lost: list[Case] = []
+        ended = False
+        try:
+            next_case = (lambda queue=retry: queue.pop(0) if queue else None) if solo else feeder.take
+            lost = _drain_pool(pool, next_case, 1 if solo else 2 * jobs, solo, feeder, runner, finish)
+            ended = True
+        finally:
+            if lost or not ended:  # a broken pool, or Ctrl-C, SIGTERM, an error: kill, don't wait
+                _stop_workers(pool)
+        if not lost:
+            pool.shutdown(wait=True)
+            if solo:
+                continue  # the retried cases are done: back to the full pool
+            return
+        if solo:
+            finish(lost[0], {"case": lost[0].as_dict(),
+                             "error": "the worker process running this case died (killed, or out of memory)"})
+            retry = lost[1:] + retry
+        else:
+            retry = lost + retry
+
+
+def _run_dask(feeder: _Feeder, runner: Runner | None, jobs: int, scheduler: str | None,
               finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
     import logging
 
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import Client, LocalCluster
+    from dask.distributed import wait as dask_wait
 
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout=10)
+        except OSError as err:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {err}", field="scheduler") from None
     else:
-        cluster = LocalCluster(n_workers=min(jobs, len(todo)), threads_per_worker=1, processes=True,
+        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
-        futures = {client.submit(execute, case, runner, pure=False): case for case in todo}
-        for fut in as_completed(futures):
-            finish(futures[fut], fut.result())
+        window = 2 * max(jobs, sum(client.nthreads().values()))
+        pending: dict[Any, Case] = {}
+        while True:
+            while len(pending) < window and (case := feeder.take()) not in (None, _WAIT):
+                pending[client.submit(execute, case, runner, pure=False)] = case
+            if not pending:
+                if feeder.done:
+                    break
+                time.sleep(_POLL)
+                continue
+            try:
+                done = dask_wait(list(pending), timeout=_POLL, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                continue
+            for fut in done:
+                case = pending.pop(fut)
+                try:
+                    outcome = fut.result()
+                except Exception as err:  # the cluster lost it (a worker died too often): data, not a crash
+                    outcome = {"case": case.as_dict(), "error": f"{type(err).__name__}: {err}"}
+                finish(case, outcome)
     finally:
         client.close()
         if cluster is not None:

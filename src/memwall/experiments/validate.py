@@ -176,13 +176,15 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
                 predicted = predicted_metric(m.metric, prediction, batch=m.batch, network=m.network)
             except InputError as err:
                 text = str(err)
-                if "machine" in (err.field or "") or "unknown machine" in text or "no machine" in text:
+                if "unknown machine" in text or "no machine" in text:
                     status = "unknown machine"
-                elif "network" in (err.field or "") or "unknown network" in text or "no network" in text:
+                elif "unknown network" in text or "no network" in text:
                     status = "unknown network"
-                else:
+                else:  # a profile that exists but cannot be used is an error, not an unknown
                     status = "error"
                 error, prediction = text, None
+            except Exception as err:  # noqa: BLE001 - any failure is this case's, reported on it
+                status, error, prediction = "error", f"{type(err).__name__}: {err}", None
         if prediction is None:
             predicted = ratio = None
             bound = None
