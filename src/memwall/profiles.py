@@ -23,6 +23,7 @@ from typing import Any
 from .errors import InputError
 from .levels import STATUSES, Figure, LevelSpec, load_toml, parse_levels, split_figure
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
+from .vocabulary import DISPATCH_MODES
 
 FORMAT_VERSION = 1
 # What changed in each format version, printed when a file names another version.
@@ -62,7 +63,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "primary_dtype": "dtype the machine's era trained in (default: fp64 on vector machines, "
         "bf16 on accelerators that have it, else fp32)",
         "notes": "free text: what SKU is modelled, what is simplified",
-        "compute": "table: peak dense FLOP/s per dtype",
+        "compute": "table: peak dense FLOP/s per dtype (matrix products); [compute.vector] for the rest",
         "issue_costs": "table: time per operation of a scalar machine",
         "level": "array of tables, first (nearest the core) first: registers, scratchpads, caches",
         "memory": "table: main memory",
@@ -71,7 +72,9 @@ SCHEMA: dict[str, dict[str, str]] = {
         "sources": "table: key -> full citation or URL; a figure's source may name a key",
     },
     "compute": {
-        dtype: f"peak dense {dtype} rate, e.g. '19.5 TFLOP/s' or '2 FLOP/cycle' (a figure)" for dtype in DTYPES
+        **{dtype: f"peak dense {dtype} rate, e.g. '19.5 TFLOP/s' or '2 FLOP/cycle' (a figure)" for dtype in DTYPES},
+        "vector": "optional table: dtype -> the rate of the vector (SIMT/SIMD) units, for every kernel "
+        "that is not a product (elementwise, reductions, updates) where it differs from [compute]",
     },
     "issue_costs": {
         "fadd": "time of one floating add, e.g. '6 cycles' or '4.2 us' (a figure)",
@@ -93,12 +96,16 @@ SCHEMA: dict[str, dict[str, str]] = {
         "vector_length": "vector: elements per vector register (a figure)",
         "memory_ports": "vector: words per clock between memory and vector registers (a figure)",
         "word_bytes": "vector: bytes per word",
+        "subword_float": "vector: true if the machine has floating point narrower than its word (a 32-bit "
+        "format); false: every element occupies a whole word (a figure: true or false with its source)",
         "startup": "vector: start-up cycles per vector instruction, e.g. 7 or '7 cycles' (a figure)",
         "chaining": "vector: true if a dependent vector instruction may start on partial results",
         "overlap": "overlapped: 'sum' or 'max' of the inter-level transfer times",
         "mlp": "overlapped: misses in flight to memory per core (a figure)",
         "cores": "overlapped: cores the peak counts, whose misses are in flight together (integer)",
-        "launch_overhead": "throughput: seconds per kernel launch, e.g. '4 us' (a figure)",
+        "dispatch": "table [timing.dispatch]: default = 'eager' | 'graph' | 'compiled', and per mode a table "
+        "{ host_issue, device_gap, step_issue }: the host's time to issue one kernel, the device's gap "
+        "between back-to-back kernels, the host's time per step (each a figure; default 0 s)",
         "note": "free text",
     },
     "schedule": {
@@ -114,6 +121,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "tile_k": "tiled: depth of a tile in elements",
         "units": "tiled: SMs / TensorCores / cores running tiles concurrently",
         "staging": "tiled: name of the software-managed level tiles are staged in",
+        "bytes_in_flight": "tiled, optional: bytes one unit keeps outstanding to memory, e.g. '6.45 kB' "
+        "(a figure); caps a level's bandwidth at busy units x this / the level's latency",
         "note": "free text",
     },
 }
@@ -121,9 +130,9 @@ SCHEMA: dict[str, dict[str, str]] = {
 # Parameters each timing model and schedule family needs, and what type each is.
 TIMING_PARAMS: dict[str, tuple[str, ...]] = {
     "in_order": (),
-    "vector": ("vector_length", "memory_ports", "word_bytes", "startup", "chaining"),
+    "vector": ("vector_length", "memory_ports", "word_bytes", "startup", "chaining", "subword_float"),
     "overlapped": ("overlap", "mlp", "cores"),
-    "throughput": ("launch_overhead",),
+    "throughput": (),
 }
 SCHEDULE_PARAMS: dict[str, tuple[str, ...]] = {
     "scalar": (),
@@ -149,6 +158,32 @@ class ScheduleSpec:
 
     family: str  # one of SCHEDULE_FAMILIES
     params: Mapping[str, Any] = field(default_factory=dict)  # element counts, lists of ints, level names
+
+
+@dataclass(frozen=True)
+class DispatchMode:
+    """One way of issuing a step's kernels (seconds; see docs/timing.md, "Dispatch")."""
+
+    host_issue: float = 0.0  # host time to issue one kernel
+    device_gap: float = 0.0  # device time between back-to-back kernels
+    step_issue: float = 0.0  # host time once per step (a compiled program's launch)
+
+
+@dataclass(frozen=True)
+class DispatchSpec:
+    """A profile's [timing.dispatch]: its default mode and the modes it states."""
+
+    default: str  # one of DISPATCH_MODES
+    modes: Mapping[str, DispatchMode]
+
+    def mode(self, name: str) -> DispatchMode:
+        """A mode's figures; a mode the profile does not state runs as the next one up
+        (compiled -> graph -> eager): a machine without graph capture replays nothing."""
+        order = DISPATCH_MODES[: DISPATCH_MODES.index(name) + 1][::-1]
+        for candidate in order:
+            if candidate in self.modes:
+                return self.modes[candidate]
+        return self.modes[self.default]
 
 
 @dataclass(frozen=True)
@@ -182,6 +217,8 @@ class Machine:
     notes: str = ""
     base: str | None = None
     path: Path | None = None
+    dispatch: DispatchSpec | None = None  # None: no per-kernel dispatch cost (a CPU's compiled loops)
+    vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
 
     @property
     def cache_levels(self) -> tuple[LevelSpec, ...]:
@@ -242,6 +279,11 @@ class Machine:
             "memory_bandwidth": self.memory.bandwidth,
             "balance": self.balances(),
             "timing": {"model": self.timing.model, "params": dict(self.timing.params)},
+            "dispatch": None if self.dispatch is None else {
+                "default": self.dispatch.default,
+                **{m: vars(d) for m, d in self.dispatch.modes.items()},
+            },
+            "vector_flops": dict(self.vector_flops),
             "schedule": {"family": self.schedule.family, "params": dict(self.schedule.params)},
             "status": self.status, "status_counts": self.status_counts(),
             "provenance": {
@@ -410,10 +452,12 @@ def _positive_number(value: Any, what: str) -> float:
     return float(value)
 
 
-def _build(path: Path, problems: _Problems) -> Machine | None:
+def _build(path: Path, problems: _Problems, sets: Mapping[str, str] | None = None) -> Machine | None:
     data = _read_chain(path, problems)
     if data is None:
         return None
+    if sets:
+        data = _apply_sets(data, sets, problems)
     own = data.pop("_own")
     _unknown_keys(problems, own, SCHEMA[""], "")
     for section in ("compute", "issue_costs", "memory", "timing", "schedule"):
@@ -475,13 +519,15 @@ def _build(path: Path, problems: _Problems) -> Machine | None:
     if not isinstance(compute, dict) or not compute:
         problems.add("missing required table [compute] with at least one dtype", "compute")
     else:
-        _unknown_keys(problems, compute, DTYPES, "compute")
+        _unknown_keys(problems, compute, (*DTYPES, "vector"), "compute")
         for dtype in DTYPES:
             if dtype in compute:
                 rate = _figure(problems, compute[dtype], f"compute.{dtype}",
                                lambda v: parse_flop_rate(v, clock_hz=clock), provenance)
                 if rate is not None:
                     peak[dtype] = rate
+
+    vector_flops = _vector_rates(problems, compute, clock, provenance)
 
     issue: dict[str, float] = {}
     costs = data.get("issue_costs", {})
@@ -523,7 +569,9 @@ def _build(path: Path, problems: _Problems) -> Machine | None:
             memory = MainMemory(**parts)
 
     timing = _timing(problems, data.get("timing"), kind, clock, provenance)
+    dispatch = _dispatch(problems, data.get("timing"), clock, provenance)
     schedule = _schedule(problems, data.get("schedule"), levels, provenance)
+    schedule = _bytes_in_flight(problems, data.get("schedule"), schedule, clock, provenance)
     if timing and schedule and "vector_length" in schedule.params and "vector_length" in timing.params:
         if schedule.params["vector_length"] > timing.params["vector_length"]:
             problems.add(f"schedule.vector_length {schedule.params['vector_length']} exceeds the machine's "
@@ -555,7 +603,7 @@ def _build(path: Path, problems: _Problems) -> Machine | None:
         id=ident, name=name, vendor=vendor, year=year, kind=kind, clock_hz=clock, peak_flops=peak,
         issue_costs=issue, levels=tuple(levels), memory=memory, timing=timing, schedule=schedule,
         primary_dtype=primary, provenance=provenance, sources=dict(sources), notes=notes,
-        base=own.get("base"), path=path,
+        base=own.get("base"), path=path, dispatch=dispatch, vector_flops=vector_flops,
     )
 
 
@@ -572,17 +620,18 @@ def _timing(problems: _Problems, table: Any, kind: str | None, clock: float | No
         problems.add(f"timing model {model!r} does not fit a {kind} machine; use "
                      f"{' or '.join(MODELS_FOR_KIND[kind])}", "timing.model")
     wanted = TIMING_PARAMS[model]
-    _unknown_keys(problems, {k: v for k, v in table.items() if k not in ("model", "note")}, wanted, "timing")
+    own_tables = ("model", "note", "dispatch", "launch_overhead")  # the last two: see _dispatch
+    _unknown_keys(problems, {k: v for k, v in table.items() if k not in own_tables}, wanted, "timing")
     parsers: dict[str, tuple[Callable[[Any], Any], bool]] = {
         "vector_length": (lambda v: _positive_int(v, "vector_length"), True),
         "memory_ports": (lambda v: _positive_number(v, "memory_ports"), True),
         "word_bytes": (lambda v: _positive_int(v, "word_bytes"), False),
         "startup": (lambda v: _cycles(v, clock), True),
         "chaining": (_boolean, False),
+        "subword_float": (_boolean, True),
         "overlap": (_overlap, False),
         "mlp": (lambda v: _positive_number(v, "mlp"), True),
         "cores": (lambda v: _positive_int(v, "cores"), False),
-        "launch_overhead": (lambda v: parse_time(v, clock_hz=clock), True),
     }
     params: dict[str, Any] = {}
     for key in wanted:
@@ -631,7 +680,8 @@ def _schedule(problems: _Problems, table: Any, levels: list[LevelSpec],
                      "schedule.family")
         return None
     wanted = SCHEDULE_PARAMS[family]
-    _unknown_keys(problems, {k: v for k, v in table.items() if k not in ("family", "note")}, wanted, "schedule")
+    own_keys = ("family", "note", "bytes_in_flight")  # bytes_in_flight: see _bytes_in_flight
+    _unknown_keys(problems, {k: v for k, v in table.items() if k not in own_keys}, wanted, "schedule")
 
     def micro_tile(v: Any) -> list[int]:
         if not (isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x > 0 for x in v)):
@@ -666,16 +716,158 @@ def _schedule(problems: _Problems, table: Any, levels: list[LevelSpec],
     return ScheduleSpec(family, params)
 
 
-def _check_file(path: str | Path) -> tuple[Machine | None, list[InputError]]:
+def _vector_rates(problems: _Problems, compute: Any, clock: float | None,
+                  provenance: dict[str, Figure]) -> dict[str, float]:
+    """[compute.vector]: the vector units' rate per dtype, for kernels that are not products."""
+    table = compute.get("vector") if isinstance(compute, dict) else None
+    if table is None:
+        return {}
+    if not isinstance(table, dict) or _is_figure(table):
+        problems.add("'compute.vector' must be a table [compute.vector] of dtype = rate", "compute.vector")
+        return {}
+    _unknown_keys(problems, table, DTYPES, "compute.vector")
+    rates: dict[str, float] = {}
+    for dtype in DTYPES:
+        if dtype in table:
+            rate = _figure(problems, table[dtype], f"compute.vector.{dtype}",
+                           lambda v: parse_flop_rate(v, clock_hz=clock), provenance)
+            if rate is not None:
+                rates[dtype] = rate
+    return rates
+
+
+DISPATCH_KEYS = ("host_issue", "device_gap", "step_issue")
+
+
+def _dispatch(problems: _Problems, timing: Any, clock: float | None,
+              provenance: dict[str, Figure]) -> DispatchSpec | None:
+    """[timing.dispatch]: the default mode and each stated mode's per-kernel and per-step costs."""
+    if not isinstance(timing, dict):
+        return None
+    if "launch_overhead" in timing:
+        # A flat charge per kernel has no faithful translation into the asynchronous
+        # pipeline (is it the host's cost or the device's?), so it is refused, not guessed.
+        problems.add("launch_overhead is no longer read: state [timing.dispatch] instead, with "
+                     "default = 'eager' and eager = { host_issue = ..., device_gap = ... } (and graph, "
+                     "compiled); see docs/timing.md, 'Dispatch'", "timing.launch_overhead")
+    table = timing.get("dispatch")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        problems.add("'timing.dispatch' must be a table [timing.dispatch]", "timing.dispatch")
+        return None
+    _unknown_keys(problems, table, ("default", *DISPATCH_MODES), "timing.dispatch")
+    modes: dict[str, DispatchMode] = {}
+    for name in DISPATCH_MODES:
+        mode = table.get(name)
+        if mode is None:
+            continue
+        where = f"timing.dispatch.{name}"
+        if not isinstance(mode, dict) or _is_figure(mode):
+            problems.add(f"'{where}' must be a table {{ host_issue = ..., device_gap = ... }}", where)
+            continue
+        _unknown_keys(problems, mode, DISPATCH_KEYS, where)
+        values = {}
+        for key in DISPATCH_KEYS:
+            if key in mode:
+                seconds = _figure(problems, mode[key], f"{where}.{key}",
+                                  lambda v: parse_time(v, clock_hz=clock), provenance)
+                if seconds is not None:
+                    values[key] = seconds
+        modes[name] = DispatchMode(**values)
+    default = table.get("default")
+    if default not in DISPATCH_MODES:
+        problems.add(f"timing.dispatch needs default = one of {', '.join(DISPATCH_MODES)}, got {default!r}",
+                     "timing.dispatch.default")
+        return None
+    if default not in modes:
+        problems.add(f"the default dispatch mode {default!r} is not stated in [timing.dispatch.{default}]",
+                     "timing.dispatch.default")
+        return None
+    return DispatchSpec(default, modes)
+
+
+def _bytes_in_flight(problems: _Problems, table: Any, schedule: ScheduleSpec | None, clock: float | None,
+                     provenance: dict[str, Figure]) -> ScheduleSpec | None:
+    """[schedule] bytes_in_flight (tiled only): bytes one unit keeps outstanding, for the
+    Little's-law cap on a level's bandwidth (docs/timing.md, ``throughput``)."""
+    if schedule is None or not isinstance(table, dict) or "bytes_in_flight" not in table:
+        return schedule
+    if schedule.family != "tiled":
+        problems.add("bytes_in_flight belongs to a tiled schedule (cores' misses in flight are "
+                     "timing.mlp)", "schedule.bytes_in_flight")
+        return schedule
+    value = _figure(problems, table["bytes_in_flight"], "schedule.bytes_in_flight", _mean_bytes, provenance)
+    if value is None:
+        return schedule
+    if value <= 0:
+        problems.add(f"bytes_in_flight must be positive, got {value!r}", "schedule.bytes_in_flight")
+        return schedule
+    return ScheduleSpec(schedule.family, {**schedule.params, "bytes_in_flight": float(value)})
+
+
+def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: _Problems) -> dict[str, Any]:
+    """The merged profile with each ``FIELD=VALUE`` of ``memwall inspect --set`` applied.
+
+    FIELD is a dotted path (``memory.bandwidth``, ``timing.dispatch.eager.host_issue``,
+    ``level.L2.bandwidth``); VALUE is read as a TOML value, else as a string, and then goes
+    through the same checks as the file's own figure. A figure keeps its provenance, with
+    a note that says it was changed."""
+    import copy
+    import tomllib
+
+    data = copy.deepcopy(data)
+    for dotted, text in sets.items():
+        try:
+            value: Any = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        keys = dotted.split(".")
+        table: Any = data
+        for i, key in enumerate(keys[:-1]):
+            if isinstance(table, list):  # [[level]]: by name
+                table = next((t for t in table if isinstance(t, dict) and t.get("name") == key), None)
+            else:
+                table = table.setdefault(key, {}) if isinstance(table, dict) else None
+            if not isinstance(table, dict | list):
+                problems.add(f"--set {dotted}: '{'.'.join(keys[: i + 1])}' is not a table of this profile",
+                             dotted)
+                break
+        else:
+            if not isinstance(table, dict):
+                problems.add(f"--set {dotted}: not a field of this profile", dotted)
+                continue
+            old = table.get(keys[-1])
+            if isinstance(old, dict) and _is_figure(old):
+                table[keys[-1]] = {**old, "value": value, "note": f"what-if: set to {text!r} by --set"}
+            else:
+                table[keys[-1]] = value
+    return data
+
+
+def _mean_bytes(value: Any) -> float:
+    """A size that may be fractional ('23.3 B'): bytes in flight are an average, not a buffer."""
+    from .units import _byte_multiplier, _split
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    number, unit = _split(value, "size")
+    if not unit:
+        raise InputError(f"{value!r}: a size needs a unit (for example '6.45 kB')")
+    return number * _byte_multiplier(unit, value)
+
+
+def _check_file(path: str | Path, sets: Mapping[str, str] | None = None) -> tuple[Machine | None, list[InputError]]:
     path = Path(path)
     problems = _Problems(str(path))
-    machine = _build(path, problems)
+    machine = _build(path, problems, sets)
     return machine, problems.errors
 
 
-def load_machine_file(path: str | Path) -> Machine:
-    """Load and check one profile file (and its bases). Raises the first problem found."""
-    machine, errors = _check_file(path)
+def load_machine_file(path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:
+    """Load and check one profile file (and its bases), with ``sets`` (FIELD -> VALUE, as
+    ``memwall inspect --set``) applied. Raises the first problem found."""
+    machine, errors = _check_file(path, sets)
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more; run 'memwall machines validate')" if len(errors) > 1 else ""
@@ -707,14 +899,14 @@ def machine_ids() -> list[str]:
     return sorted(_shipped_paths())
 
 
-def load_machine(id_or_path: str | Path) -> Machine:
-    """A shipped machine by id, or any profile file by path."""
+def load_machine(id_or_path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:
+    """A shipped machine by id, or any profile file by path (``sets``: see :func:`load_machine_file`)."""
     text = str(id_or_path)
     shipped = _shipped_paths()
     if text in shipped:
-        return load_machine_file(shipped[text])
+        return load_machine_file(shipped[text], sets)
     if text.endswith(".toml") or Path(text).is_file():
-        return load_machine_file(text)
+        return load_machine_file(text, sets)
     close = difflib.get_close_matches(text, list(shipped), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see 'memwall machines list'"
     raise InputError(f"no machine {text!r}{hint}")

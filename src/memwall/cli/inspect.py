@@ -8,6 +8,7 @@ import sys
 
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
+from ..vocabulary import DISPATCH_MODES
 
 
 def parse_gemm(text: str) -> tuple[int, int, int]:
@@ -46,8 +47,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
+    p.add_argument("--dispatch", choices=DISPATCH_MODES, default=None,
+                   help="how kernels are issued: eager (kernel by kernel), graph (a captured graph "
+                        "replayed) or compiled (one program per step); default: the profile's")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                   help="change one profile figure for a what-if, read as the profile file reads it, "
+                        "e.g. --set memory.bandwidth='1 TB/s' or --set timing.dispatch.eager.host_issue='2 us' "
+                        "(repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    """``["memory.bandwidth=1 TB/s"]`` -> {"memory.bandwidth": "1 TB/s"}; quotes around VALUE are dropped."""
+    out: dict[str, str] = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        field, value = field.strip(), value.strip()
+        if not sep or not field or not value:
+            raise InputError(f"--set takes FIELD=VALUE, got {item!r}", field="--set")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" and " " in value:
+            value = value[1:-1]
+        out[field] = value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,8 +88,14 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         seq_len=args.seq_len,
         gemm=args.gemm,
+        dispatch=args.dispatch,
     )
-    result = run_case(case, exact=args.exact)
+    machine = None
+    if args.sets:
+        from ..profiles import load_machine
+
+        machine = load_machine(args.machine, sets=parse_sets(args.sets))
+    result = run_case(case, machine=machine, exact=args.exact)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
@@ -128,5 +156,9 @@ def render(result: dict) -> str:
         + f" of {format_bytes(result['capacity']['memory'])}"
         + ("" if result["capacity"]["fits"] else "  (DOES NOT FIT)")
     )
+    d = result.get("dispatch") or {}
+    if d.get("host_seconds"):
+        lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "
+                     f"{format_time(d['host_seconds'])}, the device works {format_time(d['device_seconds'])}")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)

@@ -59,7 +59,7 @@ COLUMNS = (
     "network", "batch", "tokens", "checkpoint", "updates", "phase", "optimizer", "dtype",
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
-    "overhead_fraction",
+    "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
 )
 
 _SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
@@ -282,6 +282,15 @@ def check_checkpoint(value: str) -> str:
                      field="checkpoint")
 
 
+def check_dispatch(value: str | None) -> str | None:
+    """A dispatch mode (None: each profile's default), or an InputError naming the choices."""
+    from ..vocabulary import DISPATCH_MODES
+
+    if value is None or value in DISPATCH_MODES:
+        return value
+    raise InputError(f"unknown dispatch mode '{value}' (use {', '.join(DISPATCH_MODES)})", field="dispatch")
+
+
 def validate(cases: Sequence[Case]) -> None:
     """Raise InputError for the first unusable case; called before anything runs."""
     if not cases:
@@ -302,6 +311,7 @@ def validate(cases: Sequence[Case]) -> None:
         if case.seq_len is not None and case.seq_len < 1:
             raise InputError(f"seq_len must be >= 1, got {case.seq_len!r}", field="seq_len")
         check_checkpoint(case.checkpoint)
+        check_dispatch(case.dispatch)
         if case.updates not in UPDATES:
             raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
         if case.phase not in PHASES:
@@ -336,7 +346,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
-        "status": "error" if error else "ok", "error": error,
+        "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if error or result is None:
         return row
@@ -357,6 +367,11 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "cycles_total": total,
         "compute_fraction": _share(cycles.get("compute"), total),
         "overhead_fraction": _share(cycles.get("overhead"), total),
+        "dispatch": (result.get("dispatch") or {}).get("mode") or case.dispatch,
+        "bound_class": result.get("bound_class"),
+        "memory_ratio": _num(result.get("memory_ratio")),
+        "dispatch_fraction": _share((result.get("time_by_component") or {}).get("dispatch"),
+                                    float(result.get("seconds") or 0.0)),
     })
     if result.get("dtype") or case.dtype:
         row["dtype"] = result.get("dtype") or case.dtype
