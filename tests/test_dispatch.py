@@ -150,15 +150,28 @@ def test_more_units_or_more_bytes_in_flight_is_never_slower(tiles):
         previous = t
 
 
-def test_the_lowering_counts_a_products_output_tiles():
+def test_the_lowering_counts_a_products_tiles_split_along_k_while_they_are_few():
     from memwall.workloads.lowering import lower
     from memwall.workloads.step import gemm_step
 
-    h100 = load_machine("h100-sxm")  # 128 x 256 tiles
+    h100 = load_machine("h100-sxm")  # 128 x 256 x 64 tiles, 132 SMs
+    (k,) = gemm_step(4096, 4096, 4096, "fp32").kernels
+    assert lower(k, h100.schedule).parallel_units == 32 * 16  # enough output tiles: no split
     (k,) = gemm_step(4096, 16, 4096, "fp32").kernels
-    assert lower(k, h100.schedule).parallel_units == 32 * 1
-    (k,) = gemm_step(1024, 1024, 1024, "fp32").kernels
-    assert lower(k, h100.schedule).parallel_units == 8 * 4
+    assert lower(k, h100.schedule).parallel_units == 32 * (132 // 32)  # 32 output tiles, 4 K slices
+    (k,) = gemm_step(1, 256, 128, "fp32").kernels
+    assert lower(k, h100.schedule).parallel_units == 1 * 2  # K has only 2 slices of 64
+
+
+def test_a_measurement_may_name_its_dispatch_mode():
+    from memwall.experiments.measurements import parse_measurement
+    from memwall.experiments.validate import case_for
+
+    table = {"id": "x", "machine": "h100-sxm", "metric": "flops", "value": 1e12, "source": "s",
+             "reliability": "low", "notes": "n", "gemm": "64,64,64", "dtype": "fp32", "dispatch": "graph"}
+    assert case_for(parse_measurement(table)).dispatch == "graph"
+    with pytest.raises(InputError, match="dispatch"):
+        parse_measurement({**table, "dispatch": "lazy"})
 
 
 # ---- bound, memory_ratio, verdict, JSON -------------------------------------------------------

@@ -30,6 +30,11 @@ MATRIX_OPS = ("gemm", "gemv", "attention")
 # Machines whose kernels are issued by a separate host, asynchronously (docs/timing.md,
 # "Dispatch"); on the others the core that computes also issues, so dispatch adds.
 ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
+# Machines whose schedule tiles are the hardware's unit of work (thread blocks, MXU
+# passes), so a kernel runs in waves of them. A wafer's or an array's tiles only shape the
+# traffic: their compilers spread each kernel over every PE (one connection per PE on
+# the CM-2, one pattern per cell on Warp and GF11), so they keep every unit busy.
+WAVE_KINDS = ("gpu", "tpu")
 # The components a kernel's or a step's time is made of, besides the memory levels.
 COMPUTE, DISPATCH, STARTUP = "compute", "dispatch", "startup"
 DTYPE_FALLBACK = {
@@ -322,7 +327,7 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     keep in flight (section ``throughput`` of docs/timing.md)."""
     compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
     units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
-    tiles = traffic.parallel_units
+    tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
     busy = units
     if units and tiles:
         # ceil(tiles / units) waves, each as long as one tile on one unit.

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..levels import load_toml
+from ..vocabulary import DISPATCH_MODES
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -73,6 +74,8 @@ MEASUREMENT_KEYS: dict[str, str] = {
     "source": "full citation, with page, table or sheet",
     "reliability": "one of " + ", ".join(RELIABILITIES),
     "notes": "what was measured, what is uncertain, any derivation",
+    "dispatch": "how the measured run issued its kernels: " + ", ".join(DISPATCH_MODES)
+    + " (default: the machine profile's own)",
     "explanation": "why memwall's prediction misses this case, where it does (the model's missing effect, a counting difference)",
 }
 REQUIRED = ("id", "machine", "metric", "value", "source", "reliability", "notes")
@@ -106,6 +109,7 @@ class Measurement:
     check: str = "point"
     year: int | None = None
     explanation: str | None = None
+    dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
     file: str | None = None  # where it was read from
     line: int | None = None  # the line of its id in that file
 
@@ -234,6 +238,7 @@ def parse_measurement(table: Any) -> Measurement:
     source = _string(table, "source", required=True)
     notes = _string(table, "notes", required=True)
     explanation = _string(table, "explanation")
+    dispatch = _enum(table, "dispatch", DISPATCH_MODES, "") or None
     assert metric is not None and machine and source and notes and reliability and check
     value = parse_value(table["value"], metric)
     year = _int(table, "year", minimum=1940)
@@ -258,7 +263,7 @@ def parse_measurement(table: Any) -> Measurement:
         return Measurement(
             id=ident, machine=machine, metric=metric, value=value, source=source,
             reliability=reliability, notes=notes, gemm=gemm, dtype=dtype, check=check,
-            year=year, explanation=explanation,
+            year=year, explanation=explanation, dispatch=dispatch,
         )
 
     batch = _int(table, "batch")
@@ -283,7 +288,7 @@ def parse_measurement(table: Any) -> Measurement:
         id=ident, machine=machine, metric=metric, value=value, source=source,
         reliability=reliability, notes=notes, network=network, batch=batch, updates=updates,
         phase=phase, dtype=dtype, seq_len=_int(table, "seq_len"), checkpoint=checkpoint,
-        optimizer=optimizer, check=check, year=year, explanation=explanation,
+        optimizer=optimizer, check=check, year=year, explanation=explanation, dispatch=dispatch,
     )
 
 

@@ -127,11 +127,16 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
 
 def _tiled_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
     """Tiles a tiled kernel runs as, for its waves over the units: a product's output tiles
-    (``tile_m x tile_n``, per batch item), an attention's query tiles per head, else
-    thread blocks of ``ELEMENTWISE_GRAIN`` elements."""
+    (``tile_m x tile_n``, per batch item), split along K while they are fewer than the
+    units (split-K, as CUTLASS's GemmSplitKParallel and cuBLAS do for small outputs: at
+    most ceil(K / tile_k) slices, as many as fill the units); an attention's query tiles per
+    head; else thread blocks of ``ELEMENTWISE_GRAIN`` elements."""
     if kernel.op in ("gemm", "gemv") and kernel.dims is not None:
-        m, n, _ = kernel.dims
-        return kernel.batch * -(-m // int(p["tile_m"])) * -(-n // int(p["tile_n"]))
+        m, n, k = kernel.dims
+        out = kernel.batch * -(-m // int(p["tile_m"])) * -(-n // int(p["tile_n"]))
+        units = int(p["units"])
+        splits = min(-(-k // int(p["tile_k"])), max(1, units // out)) if out < units else 1
+        return out * splits
     if kernel.op == "attention":
         return max(1, kernel.batch * -(-int(kernel.params.get("seq", 1)) // int(p["tile_m"])))
     return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
