@@ -325,3 +325,19 @@ def test_l2_with_a_latency_is_capped_too():
                                     LevelTraffic(MEMORY, 0, 0, 1000 * GB, 100e-9)), parallel_units=1)
     t = time_kernel(m, name="k", phase="forward", op="elementwise", dtype="fp32", flops=0, ops={}, traffic=tr)
     assert t.terms["L2"] == pytest.approx(10 ** 6 / (1000 / 50e-9))
+
+
+def test_sweep_runs_each_case_in_each_dispatch_mode():
+    from memwall.cli import build_parser
+    from memwall.cli.sweep import build_cases
+    from memwall.experiments.sweep import make_row
+
+    args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "nettalk",
+                                      "--dispatch", "eager,compiled"])
+    cases = build_cases(args)
+    assert [c.dispatch for c in cases] == ["eager", "compiled"]
+    row = make_row(cases[1], run_case(cases[1]), None)
+    assert row["dispatch"] == "compiled" and row["bound_class"] and row["memory_ratio"] > 0
+    bad = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--dispatch", "lazy"])
+    with pytest.raises(InputError, match="dispatch"):
+        build_cases(bad)
