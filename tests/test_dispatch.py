@@ -196,6 +196,17 @@ def test_h100_batch_1_is_dispatch_or_memory_bound_by_the_longer_stream(mode):
     assert r["seconds"] == pytest.approx(max(d["host_seconds"], d["device_seconds"]))
 
 
+def test_a_host_bound_step_is_dispatch_bound_even_when_a_kernel_part_is_larger():
+    from memwall.timing import StepTiming
+
+    m = gpu(units=100, dispatch=DispatchSpec("eager", {"eager": DispatchMode(host_issue=1.2e-3)}))
+    ks = [kernel(m, flops=10 ** 9, tiles=100)]  # 1 ms of compute, 1.2 ms of host
+    st = StepTiming(m, ks, iterations=1, examples=1, connections=1, phase="forward", peak=1e12,
+                    dispatch=apply_dispatch(m, ks, 1))
+    assert st.time_by_component["compute"] > st.time_by_component["dispatch"]
+    assert st.bound == "dispatch" and st.seconds == pytest.approx(1.2e-3)
+
+
 def test_host_stream_longer_reads_dispatch_bound():
     slow_host = {"timing.dispatch.eager.host_issue": "1 ms"}
     r = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=1),

@@ -495,7 +495,11 @@ class StepTiming:
 
     @property
     def bound(self) -> str:
-        """The component with the largest share of the step's time."""
+        """The component with the largest share of the step's time; dispatch whenever the
+        host's stream is the longer one (the device then waits on the host, whatever its
+        kernels' own split)."""
+        if self.dispatch is not None and self.dispatch.host_bound:
+            return DISPATCH
         return largest(self.time_by_component)
 
     @property
