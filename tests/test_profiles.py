@@ -202,7 +202,7 @@ def test_cray1_figures_in_si_units() -> None:
     assert m.levels[0].software_managed and m.levels[0].size == 4096
     assert m.timing.model == "vector"
     assert m.timing.params == {"vector_length": 64, "memory_ports": 1.0, "word_bytes": 8,
-                               "startup": 7.0, "chaining": True}
+                               "startup": 7.0, "chaining": True, "subword_float": False}
     assert m.schedule.params == {"vector_length": 64, "vector_registers": 8}
     assert m.provenance["memory.bandwidth"].status == "verified"
 
@@ -218,7 +218,11 @@ def test_scalar_issue_costs_are_seconds() -> None:
 def test_gpu_levels_and_timing() -> None:
     m = profiles.load_machine("h100-sxm")
     assert [lv.name for lv in m.cache_levels] == ["L2"]
-    assert m.timing.params["launch_overhead"] == pytest.approx(4e-6)
+    assert m.dispatch is not None and m.dispatch.default == "eager"
+    assert m.dispatch.mode("eager").host_issue == pytest.approx(7e-6)
+    assert m.dispatch.mode("graph").device_gap == pytest.approx(1.25e-6)
+    assert m.schedule.params["bytes_in_flight"] == pytest.approx(6450)
+    assert m.vector_flops["fp64"] == pytest.approx(33.5e12)
     assert m.schedule.params["staging"] == "smem"
     assert m.balance("bf16") == pytest.approx(989.4e12 / 3.35e12)
     with pytest.raises(InputError):

@@ -26,6 +26,7 @@ from .errors import InputError
 from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
 from .schema import Field, Problems, Table, read_toml, walk
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
+from .vocabulary import DISPATCH_MODES
 
 FORMAT_VERSION = 1
 # What changed in each format version, printed when a file names another version.
@@ -107,6 +108,29 @@ def _format_version(value: int, context: dict[str, Any]) -> int:
     return value
 
 
+def _mean_bytes(value: Any, context: dict[str, Any]) -> float:
+    """A size that may be fractional ('23.3 B'): bytes in flight are an average, not a buffer."""
+    from .units import _byte_multiplier, _split
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    number, unit = _split(value, "size")
+    if not unit:
+        raise InputError(f"{value!r}: a size needs a unit (for example '6.45 kB')")
+    total = number * _byte_multiplier(unit, value)
+    if not total > 0:
+        raise InputError(f"must be positive, got {value!r}")
+    return total
+
+
+def _no_launch_overhead(value: Any, context: dict[str, Any]) -> Any:
+    # A flat charge per kernel has no faithful translation into the asynchronous pipeline
+    # (is it the host's cost or the device's?), so it is refused, not guessed.
+    raise InputError("launch_overhead is no longer read: state [timing.dispatch] instead, with default = "
+                     "'eager' and eager = { host_issue = ..., device_gap = ... } (and graph, compiled); see "
+                     "docs/timing.md, 'Dispatch'")
+
+
 def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:
     if len(value) != 2:
         raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {list(value)!r}")
@@ -118,11 +142,20 @@ _RATE = "rate (`'19.5 TFLOP/s'`, `'2 FLOP/cycle'`)"
 _OP = "time (`'6 cycles'`, `'4.2 us'`)"
 _VECTOR, _OVERLAPPED, _THROUGHPUT = ("model", ("vector",)), ("model", ("overlapped",)), ("model", ("throughput",))
 
-COMPUTE = Table("[compute]", tuple(
-    Field(dtype, "any", f"peak dense {dtype} FLOP/s", parse=_flop_rate, unit=_RATE, figure="required")
+COMPUTE_VECTOR = Table("[compute.vector]", tuple(
+    Field(dtype, "any", f"{dtype} FLOP/s of the vector (SIMT/SIMD) units", parse=_flop_rate, unit=_RATE,
+          figure="required")
     for dtype in DTYPES
-), doc="Peak dense FLOP/s per dtype, at least one. No sparsity. Where a matrix unit and a vector unit "
-       "both exist, the higher dense rate for the dtype (say which in a note).")
+), doc="The vector units' rates, for every kernel that is not a product (elementwise, reductions, updates), "
+       "where they differ from [compute].")
+
+COMPUTE = Table("[compute]", (
+    *(Field(dtype, "any", f"peak dense {dtype} FLOP/s", parse=_flop_rate, unit=_RATE, figure="required")
+      for dtype in DTYPES),
+    Field("vector", "table", "the vector units' rates where they differ (non-product kernels)",
+          table=COMPUTE_VECTOR),
+), doc="Peak dense FLOP/s per dtype of the matrix products, at least one. No sparsity. Where a vector unit "
+       "runs a dtype at another rate, state it in [compute.vector].")
 
 ISSUE_COSTS = Table("[issue_costs]", (
     Field("fadd", "any", "one floating add", parse=_op_time, unit=_OP, figure="required"),
@@ -146,6 +179,21 @@ MEMORY = Table("[memory]", (
     Field("note", "str", "free text"),
 ), doc="Main memory as the cores see it.")
 
+_T = "time (`'2.5 us'`, `'300 cycles'`)"
+DISPATCH_MODE = Table("[timing.dispatch.<mode>]", (
+    Field("host_issue", "any", "host time to issue one kernel", parse=_time, unit=_T, figure="required",
+          default=0.0),
+    Field("device_gap", "any", "device time between back-to-back kernels", parse=_time, unit=_T,
+          figure="required", default=0.0),
+    Field("step_issue", "any", "host time once per step (a compiled program's launch)", parse=_time, unit=_T,
+          figure="required", default=0.0),
+), doc="One way of issuing a step's kernels (docs/timing.md, 'Dispatch').")
+DISPATCH = Table("[timing.dispatch]", (
+    Field("default", "word", "the mode a case runs in unless told (`--dispatch`)", required=True,
+          choices=DISPATCH_MODES, noun="dispatch mode"),
+    *(Field(mode, "table", f"the costs of {mode} dispatch", table=DISPATCH_MODE) for mode in DISPATCH_MODES),
+), doc="A mode the profile does not state runs as the next one up (compiled -> graph -> eager).")
+
 TIMING = Table("[timing]", (
     Field("model", "word", "the timing model. Models allowed per kind: scalar in_order; vector vector; "
           "superscalar overlapped or in_order; gpu/tpu/wafer/array throughput", required=True,
@@ -165,8 +213,12 @@ TIMING = Table("[timing]", (
           when=_OVERLAPPED),
     Field("cores", "int", "cores the peak counts, whose misses are in flight together (a level serves at most "
           "mlp x cores fetches per latency)", required=True, minimum=1, figure="optional", when=_OVERLAPPED),
-    Field("launch_overhead", "any", "time per kernel launch", required=True, parse=_time,
-          unit="time (`'4 us'`)", figure="required", when=_THROUGHPUT),
+    Field("subword_float", "bool", "true if the machine has floating point narrower than its word (a 32-bit "
+          "format); false: every element moves as a whole word", required=True, figure="required", when=_VECTOR),
+    Field("dispatch", "table", "how kernels are issued: the default mode and each mode's costs",
+          table=DISPATCH),
+    Field("launch_overhead", "any", "refused: the flat per-kernel charge of format 1's first release; write "
+          "[timing.dispatch]", parse=_no_launch_overhead),
     Field("note", "str", "free text"),
 ), doc="The timing model and its parameters (each applies to one model).")
 
@@ -194,6 +246,9 @@ SCHEDULE = Table("[schedule]", (
           figure="optional", when=_TILED),
     Field("staging", "text", "name of the software-managed level tiles are staged in", required=True,
           figure="optional", when=_TILED),
+    Field("bytes_in_flight", "any", "bytes one unit keeps outstanding to memory; caps a level's bandwidth at "
+          "busy units x this / the level's latency (tied to the profile's latencies)", parse=_mean_bytes,
+          unit="size, may be fractional (`'6.45 kB'`)", figure="required", when=_TILED),
     Field("note", "str", "free text"),
 ), doc="The schedule family and its parameters: modelling choices, provenance optional.")
 
@@ -251,6 +306,32 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True)
+class DispatchMode:
+    """One way of issuing a step's kernels (seconds; see docs/timing.md, "Dispatch")."""
+
+    host_issue: float = 0.0  # host time to issue one kernel
+    device_gap: float = 0.0  # device time between back-to-back kernels
+    step_issue: float = 0.0  # host time once per step (a compiled program's launch)
+
+
+@dataclass(frozen=True)
+class DispatchSpec:
+    """A profile's [timing.dispatch]: its default mode and the modes it states."""
+
+    default: str  # one of DISPATCH_MODES
+    modes: Mapping[str, DispatchMode]
+
+    def mode(self, name: str) -> DispatchMode:
+        """A mode's figures; a mode the profile does not state runs as the next one up
+        (compiled -> graph -> eager): a machine without graph capture replays nothing."""
+        order = DISPATCH_MODES[: DISPATCH_MODES.index(name) + 1][::-1]
+        for candidate in order:
+            if candidate in self.modes:
+                return self.modes[candidate]
+        return self.modes[self.default]
+
+
+@dataclass(frozen=True)
 class MainMemory:
     """Main memory as the cores see it."""
 
@@ -281,6 +362,8 @@ class Machine:
     notes: str = ""
     base: str | None = None
     path: Path | None = None
+    dispatch: DispatchSpec | None = None  # None: no per-kernel dispatch cost (a CPU's compiled loops)
+    vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
 
     @property
     def cache_levels(self) -> tuple[LevelSpec, ...]:
@@ -341,6 +424,11 @@ class Machine:
             "memory_bandwidth": self.memory.bandwidth,
             "balance": self.balances(),
             "timing": {"model": self.timing.model, "params": dict(self.timing.params)},
+            "dispatch": None if self.dispatch is None else {
+                "default": self.dispatch.default,
+                **{m: vars(d) for m, d in self.dispatch.modes.items()},
+            },
+            "vector_flops": dict(self.vector_flops),
             "schedule": {"family": self.schedule.family, "params": dict(self.schedule.params)},
             "status": self.status, "status_counts": self.status_counts(),
             "provenance": {
@@ -483,14 +571,67 @@ def _primary_dtype(values: Mapping[str, Any], problems: Problems) -> str | None:
 
 
 def _params(table: Mapping[str, Any], discriminator: str) -> dict[str, Any]:
-    return {k: v for k, v in table.items() if k not in (discriminator, "note")}
+    return {k: v for k, v in table.items() if k not in (discriminator, "note", "dispatch", "vector")}
 
 
-def _build(path: Path, problems: Problems) -> Machine | None:
+def _dispatch(values: Mapping[str, Any], problems: Problems) -> DispatchSpec | None:
+    """[timing.dispatch] as a spec; its default must be one of the modes it states."""
+    table = values.get("timing", {}).get("dispatch")
+    if table is None or "default" not in table:
+        return None
+    modes = {m: DispatchMode(**table[m]) for m in DISPATCH_MODES if m in table}
+    if table["default"] not in modes:
+        problems.add(f"the default dispatch mode {table['default']!r} is not stated in "
+                     f"[timing.dispatch.{table['default']}]", "timing.dispatch.default")
+        return None
+    return DispatchSpec(table["default"], modes)
+
+
+def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problems) -> dict[str, Any]:
+    """The merged profile with each ``FIELD=VALUE`` of ``memwall inspect --set`` applied.
+
+    FIELD is a dotted path (``memory.bandwidth``, ``timing.dispatch.eager.host_issue``,
+    ``level.L2.bandwidth``); VALUE is read as a TOML value, else as a string, and then goes
+    through the same checks as the file's own figure. A figure keeps its provenance, with
+    a note that says it was changed."""
+    import copy
+    import tomllib
+
+    data = copy.deepcopy(data)
+    for dotted, text in sets.items():
+        try:
+            value: Any = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        keys = dotted.split(".")
+        table: Any = data
+        for i, key in enumerate(keys[:-1]):
+            if isinstance(table, list):  # [[level]]: by name
+                table = next((t for t in table if isinstance(t, dict) and t.get("name") == key), None)
+            else:
+                table = table.setdefault(key, {}) if isinstance(table, dict) else None
+            if not isinstance(table, dict | list):
+                problems.add(f"--set {dotted}: '{'.'.join(keys[: i + 1])}' is not a table of this profile", dotted)
+                break
+        else:
+            if not isinstance(table, dict):
+                problems.add(f"--set {dotted}: not a field of this profile", dotted)
+                continue
+            old = table.get(keys[-1])
+            if isinstance(old, dict) and "value" in old:
+                table[keys[-1]] = {**old, "value": value, "note": f"what-if: set to {text!r} by --set"}
+            else:
+                table[keys[-1]] = value
+    return data
+
+
+def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None) -> Machine | None:
     chain = _read_chain(path, problems)
     if chain is None:
         return None
     data, own = chain
+    if sets:
+        data = _apply_sets(data, sets, problems)
     values = walk(data, PROFILE, problems, "", {"provenance": True})
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
@@ -500,15 +641,20 @@ def _build(path: Path, problems: Problems) -> Machine | None:
     if problems.errors:
         return None
     timing, schedule = values["timing"], values["schedule"]
+    dispatch = _dispatch(values, problems)
+    if problems.errors:
+        return None
+    compute = dict(values["compute"])
+    vector_flops = compute.pop("vector", {})
     return Machine(
         id=values["id"], name=values["name"], vendor=values["vendor"], year=values["year"], kind=values["kind"],
-        clock_hz=values["clock"], peak_flops=values["compute"], issue_costs=values.get("issue_costs", {}),
+        clock_hz=values["clock"], peak_flops=compute, issue_costs=values.get("issue_costs", {}),
         levels=tuple(levels), memory=MainMemory(**_params(values["memory"], "")),
         timing=TimingSpec(timing["model"], _params(timing, "model")),
         schedule=ScheduleSpec(schedule["family"], _params(schedule, "family")),
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
-        path=path,
+        path=path, dispatch=dispatch, vector_flops=vector_flops,
     )
 
 
@@ -545,11 +691,12 @@ def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list
     return machine, problems.errors, problems.warnings
 
 
-def load_machine_file(path: str | Path) -> Machine:
-    """Load and check one profile file (and its bases). Raises the first problem found."""
+def load_machine_file(path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:
+    """Load and check one profile file (and its bases), with ``sets`` (FIELD -> VALUE, as
+    ``memwall inspect --set``) applied. Raises the first problem found."""
     path = Path(path)
     problems = Problems(str(path))
-    machine = _build(path, problems)
+    machine = _build(path, problems, sets)
     problems.raise_first("; run 'memwall machines validate'")
     assert machine is not None
     return machine
@@ -580,14 +727,14 @@ def machine_ids() -> list[str]:
     return sorted(_shipped_paths())
 
 
-def load_machine(id_or_path: str | Path) -> Machine:
-    """A shipped machine by id, or any profile file by path."""
+def load_machine(id_or_path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:
+    """A shipped machine by id, or any profile file by path (``sets``: see :func:`load_machine_file`)."""
     text = str(id_or_path)
     shipped = _shipped_paths()
     if text in shipped:
-        return load_machine_file(shipped[text])
+        return load_machine_file(shipped[text], sets)
     if text.endswith(".toml") or Path(text).is_file():
-        return load_machine_file(text)
+        return load_machine_file(text, sets)
     close = difflib.get_close_matches(text, list(shipped), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see 'memwall machines list'"
     raise InputError(f"no machine {text!r}{hint}")

@@ -18,7 +18,19 @@ from .errors import InputError
 from .networks import load_network
 from .profiles import Machine, load_machine
 from .streams import LoopNest
-from .timing import KernelTiming, StepTiming, arithmetic_rate, time_kernel, traffic_from_counters
+from .timing import (
+    COMPUTE,
+    DISPATCH,
+    STARTUP,
+    KernelTiming,
+    StepTiming,
+    apply_dispatch,
+    arithmetic_rate,
+    time_kernel,
+    traffic_from_counters,
+    word_widening,
+)
+from .units import format_time
 from .workloads.config import TrainingConfig
 from .workloads.lowering import Lowered, lower
 from .workloads.step import Kernel, Step, build_step, gemm_step
@@ -38,6 +50,7 @@ class Case:
     dtype: str | None = None  # None: the network's own (fp32 classics, bf16 modern)
     seq_len: int | None = None  # None: the preset's
     gemm: tuple[int, int, int] | None = None  # (M, N, K) for a single product
+    dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -215,11 +228,12 @@ def _pieces(nest: LoopNest, limit: int, line: int) -> Iterator[LoopNest]:
 
 
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
-                  progress: Callable[[int], Any] | None = None) -> StepTiming:
+                  progress: Callable[[int], Any] | None = None, dispatch: str | None = None) -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
     What is replayed (warm-up pass, sampling) is :func:`plan_replay`'s; ``progress``, if
-    given, is called with the line lookups of each piece as it finishes.
+    given, is called with the line lookups of each piece as it finishes. ``dispatch``
+    names the mode kernels are issued in (None: the profile's default).
     """
     plan = plan or plan_replay(machine, step, exact=exact)
     hierarchy = Hierarchy(machine.cache_levels)
@@ -261,6 +275,7 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
         connections=step.connections,
         phase=step.config.phase,
         peak=arithmetic_rate(machine, step.config.dtype, "gemm"),
+        dispatch=apply_dispatch(machine, timings, step.iterations, dispatch),
     )
 
 
@@ -302,19 +317,29 @@ def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: 
 
 
 def _verdict(timing: StepTiming) -> str:
-    """One line: what bounds the step, and by how much."""
-    seconds, compute, bound = timing.seconds, timing.compute, timing.bound
+    """One line: the largest component of the step's time, and how memory compares with arithmetic."""
+    seconds, bound = timing.seconds, timing.bound
     if seconds <= 0:
         return "empty step"
-    share: dict[str, float] = {}
-    for k in timing.kernels:
-        share[k.bound] = share.get(k.bound, 0.0) + k.seconds * timing.iterations
-    kernels = f"{share.get(bound, 0.0) / seconds:.0%} of it in kernels bound so"
-    if bound == "compute":
-        return f"compute-bound: arithmetic is {compute / seconds:.0%} of the step's time ({kernels})"
-    if bound == "overhead":
-        return f"bound by launch and start-up overhead ({kernels})"
-    return f"bound by {bound}: the step takes {seconds / compute:.3g}x its arithmetic time ({kernels})"
+    parts = timing.time_by_component
+    share = f"{parts[bound] / seconds:.0%} of the step"
+    ratio = timing.memory_ratio
+    memory = f"memory time is {ratio:.3g}x arithmetic" if ratio is not None else "no arithmetic"
+    d = timing.dispatch
+    if bound == COMPUTE:
+        return f"arithmetic-bound: {memory} (arithmetic is {share})"
+    if bound == DISPATCH and d is not None:
+        if d.host_bound:
+            return (f"dispatch-bound: the host issues {d.launches} kernels in {format_time(d.host_seconds)} "
+                    f"while the device works {format_time(d.device_seconds)} ({d.mode}; {memory})")
+        if d.synchronous:
+            return (f"dispatch-bound: issuing {d.launches} kernels takes {format_time(d.host_seconds)}, "
+                    f"{share} ({d.mode}; {memory})")
+        return (f"dispatch-bound: the device's gaps between {d.launches} kernels take "
+                f"{format_time(parts[DISPATCH])} of its {format_time(d.device_seconds)} ({d.mode}; {memory})")
+    if bound == STARTUP:
+        return f"startup-bound: vector start-up is {share} ({memory})"
+    return f"memory-bound ({bound}): {memory}; {bound} stalls are {share}"
 
 
 def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
@@ -340,9 +365,12 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
                 "fraction_of_peak": (k.flops / k.seconds / timing.peak) if k.seconds > 0 else 0.0,
                 "achieved_flops": k.flops / k.seconds if k.seconds > 0 else 0.0,
                 "bound": k.bound,
+                "bound_class": k.bound_class,
+                "memory_ratio": None if k.memory_ratio is None else k.memory_ratio,
+                "time_by_component": {n: v * timing.iterations for n, v in k.time_by_component.items()},
                 "cycles": _breakdown(
                     k.compute * timing.iterations,
-                    k.overhead * timing.iterations,
+                    (k.overhead + k.dispatch) * timing.iterations,
                     {n: v * timing.iterations for n, v in k.stall.items()},
                     clock,
                 ),
@@ -374,19 +402,39 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "cups": per_example_work / seconds if seconds > 0 and timing.phase == "train" else 0.0,
         "cps": per_example_work / seconds if seconds > 0 and timing.phase == "forward" else 0.0,
         "bound": timing.bound,
+        "bound_class": timing.bound_class,
+        "memory_ratio": timing.memory_ratio,
         "verdict": _verdict(timing),
+        "dispatch": _dispatch_dict(timing),
+        "time_by_component": timing.time_by_component,
         "cycles": _breakdown(timing.compute, timing.overhead, timing.stall, clock),
         "bytes": timing.bytes,
         "ledger": ledger,
         "capacity": {"memory": capacity, "fits": fits},
-        "warnings": []
-        if fits
-        else [
-            f"the step needs {ledger['peak']} bytes at its peak but {machine.id} has "
-            f"{capacity} bytes of main memory; simulated as if it fitted"
-        ],
+        "warnings": _warnings(machine, step, ledger, fits),
         "kernels": kernels,
     }
+
+
+def _dispatch_dict(timing: StepTiming) -> dict:
+    d = timing.dispatch
+    if d is None:
+        return {"mode": None, "host_seconds": 0.0, "device_seconds": timing.seconds}
+    return {"mode": d.mode, "host_seconds": d.host_seconds, "device_seconds": d.device_seconds,
+            "launches": d.launches, "synchronous": d.synchronous}
+
+
+def _warnings(machine: Machine, step: Step, ledger: dict, fits: bool) -> list[str]:
+    out = []
+    if not fits:
+        out.append(f"the step needs {ledger['peak']} bytes at its peak but {machine.id} has "
+                   f"{machine.memory.capacity} bytes of main memory; simulated as if it fitted")
+    dtype = step.kernels[0].dtype if step.kernels else None
+    if dtype and word_widening(machine, dtype) > 1:
+        out.append(f"{machine.id} has no floating point narrower than its {machine.timing.params.get('word_bytes', 8)}"
+                   f"-byte word: each {dtype} element moves as a whole word (bytes and memory time count words; "
+                   f"the ledger counts {dtype})")
+    return out
 
 
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
@@ -413,5 +461,5 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
             done += n
             progress(done, plan.lookups)
 
-    timing = simulate_step(machine, step, plan=plan, progress=tick)
+    timing = simulate_step(machine, step, plan=plan, progress=tick, dispatch=case.dispatch)
     return result_dict(case, step, timing)

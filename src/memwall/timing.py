@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import InputError
+from .vocabulary import DISPATCH_MODES, DTYPE_BYTES
 
 if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not the engine
     from .engine import HierarchyCounters
@@ -26,6 +27,16 @@ if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not th
 
 MEMORY = "memory"  # the name main memory goes by in every breakdown
 MATRIX_OPS = ("gemm", "gemv", "attention")
+# Machines whose kernels are issued by a separate host, asynchronously (docs/timing.md,
+# "Dispatch"); on the others the core that computes also issues, so dispatch adds.
+ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
+# Machines whose schedule tiles are the hardware's unit of work (thread blocks, MXU
+# passes), so a kernel runs in waves of them. A wafer's or an array's tiles only shape the
+# traffic: their compilers spread each kernel over every PE (one connection per PE on
+# the CM-2, one pattern per cell on Warp and GF11), so they keep every unit busy.
+WAVE_KINDS = ("gpu", "tpu")
+# The components a kernel's or a step's time is made of, besides the memory levels.
+COMPUTE, DISPATCH, STARTUP = "compute", "dispatch", "startup"
 DTYPE_FALLBACK = {
     "fp8": ("fp8", "bf16", "fp16", "fp32"),
     "bf16": ("bf16", "fp16", "fp32"),
@@ -108,28 +119,64 @@ class KernelTiming:
     flops: int  # all repeats
     repeat: int
     compute: float  # seconds
-    overhead: float  # seconds: launch, vector start-up
+    overhead: float  # seconds: the model's own (a vector machine's start-up)
     stall: dict[str, float]  # seconds by level name (MEMORY for main memory)
     bytes: dict[str, int]  # bytes by level name, all repeats
     terms: dict[str, float] = field(default_factory=dict)  # ModelTimes.terms: one run, not scaled
+    dispatch: float = 0.0  # seconds: this kernel's share of the step's dispatch (apply_dispatch)
 
     @property
-    def seconds(self) -> float:
+    def work_seconds(self) -> float:
+        """The kernel's own time on the device, without dispatch (t_k in docs/timing.md)."""
         return self.compute + self.overhead + sum(self.stall.values())
 
     @property
+    def seconds(self) -> float:
+        return self.work_seconds + self.dispatch
+
+    @property
+    def time_by_component(self) -> dict[str, float]:
+        return {COMPUTE: self.compute, DISPATCH: self.dispatch, STARTUP: self.overhead, **self.stall}
+
+    @property
     def bound(self) -> str:
-        """The level that stalls most (a kernel whose data term exceeds its arithmetic is
-        bound by memory, however small the excess); else 'overhead' where launch or
-        start-up outweighs the arithmetic; else 'compute'."""
-        if self.stall and max(self.stall.values()) > 0:
-            return max(self.stall, key=lambda k: self.stall[k])
-        return "overhead" if self.overhead > self.compute else "compute"
+        """The component with the largest share of the kernel's time."""
+        return largest(self.time_by_component)
+
+    @property
+    def bound_class(self) -> str:
+        return bound_class(self.bound)
+
+    @property
+    def memory_time(self) -> float:
+        """max over levels of each level's time term, all repeats (the numerator of memory_ratio)."""
+        return max(self.terms.values(), default=0.0) * self.repeat
+
+    @property
+    def memory_ratio(self) -> float | None:
+        return self.memory_time / self.compute if self.compute > 0 else None
+
+
+def largest(components: Mapping[str, float]) -> str:
+    """The name with the most seconds (the first such, so compute wins a tie)."""
+    return max(components, key=lambda k: components[k]) if components else COMPUTE
+
+
+def bound_class(bound: str) -> str:
+    """compute, dispatch or startup as named; any memory level's name is 'memory'."""
+    return bound if bound in (COMPUTE, DISPATCH, STARTUP) else "memory"
 
 
 def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
-    """FLOP/s for an operation: matrix products run at the dtype's peak; the rest at fp32
-    (vector units) where the machine states it, since tensor cores and MXUs do only products."""
+    """FLOP/s for an operation: matrix products run at the dtype's peak; the rest at the
+    vector units' rate ([compute.vector], by the dtype's fallback order) where the profile
+    states one, else at fp32 where the machine states it, since tensor cores and MXUs do
+    only products."""
+    if op not in MATRIX_OPS and machine.vector_flops:
+        for d in DTYPE_FALLBACK.get(dtype, (dtype,)):
+            rate = machine.vector_flops.get(d)
+            if rate:
+                return rate
     if op not in MATRIX_OPS and machine.kind in ("gpu", "tpu", "wafer"):
         order: Sequence[str] = ("fp32", dtype, machine.primary_dtype)
     else:
@@ -226,7 +273,9 @@ def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelT
     ports = float(_param(machine, "memory_ports"))
     chaining = bool(_param(machine, "chaining", True))
     startup_cycles = float(_param(machine, "startup", 0.0))
-    words = traffic.levels[-1].bytes / word_bytes / ports / machine.clock_hz
+    # An element narrower than a word still takes a whole word where the machine has no
+    # sub-word floating point (the Crays): B_memory counts the dtype's bytes.
+    words = traffic.levels[-1].bytes * word_widening(machine, work.dtype) / word_bytes / ports / machine.clock_hz
     overhead = traffic.vector_instructions * startup_cycles / machine.clock_hz
     # Chained: each strip takes the larger of its arithmetic and its memory words;
     # unchained: the two run one after the other.
@@ -235,6 +284,16 @@ def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelT
     stall = {k: 0.0 for k in terms}
     stall[MEMORY] = max(0.0, words - compute) if chaining else words
     return ModelTimes(compute, overhead, stall, terms)
+
+
+def word_widening(machine: Machine, dtype: str) -> float:
+    """How many times its dtype's bytes an element occupies: word / element where the
+    machine has no floating point narrower than its word (``subword_float = false``), else 1."""
+    if machine.timing.model != "vector" or machine.timing.params.get("subword_float", True):
+        return 1.0
+    word = float(machine.timing.params.get("word_bytes", 8))
+    size = DTYPE_BYTES.get(dtype, word)
+    return max(1.0, word / size)
 
 
 def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
@@ -263,13 +322,28 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
 
 
 def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
-    """Arithmetic overlaps every transfer; the slowest level bounds the data; a flat
-    launch overhead per kernel (section ``throughput`` of docs/timing.md)."""
+    """Arithmetic overlaps every transfer; the slowest level bounds the data; tiles run in
+    waves over the units, and a level's bandwidth is capped by the bytes the busy units
+    keep in flight (section ``throughput`` of docs/timing.md)."""
     compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
-    overhead = float(_param(machine, "launch_overhead", 0.0))
-    terms = _transfers(traffic)
+    units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
+    tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
+    busy = units
+    if units and tiles:
+        # ceil(tiles / units) waves, each as long as one tile on one unit.
+        compute *= -(-tiles // units) * units / tiles
+        busy = min(units, tiles)
+    in_flight = float(machine.schedule.params.get("bytes_in_flight", 0.0))
+    terms = {}
+    for lv in traffic.levels:
+        bandwidth = lv.bandwidth
+        if in_flight and busy and lv.latency:
+            # Little's law: the busy units deliver at most their bytes in flight per latency.
+            cap = busy * in_flight / lv.latency
+            bandwidth = min(bandwidth, cap) if bandwidth else cap
+        terms[lv.name] = lv.bytes / bandwidth if bandwidth else 0.0
     stall = _stall_over(max(terms.values()), compute, terms)
-    return ModelTimes(compute, overhead, stall, terms)
+    return ModelTimes(compute, 0.0, stall, terms)
 
 
 # The timing models by the name a profile's [timing] model gives.
@@ -298,6 +372,7 @@ def time_kernel(
     if model is None:
         raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
     t = model(machine, KernelWork(op, dtype, flops, ops), traffic)
+    widen = word_widening(machine, dtype)
     return KernelTiming(
         name=name,
         phase=phase,
@@ -307,7 +382,7 @@ def time_kernel(
         compute=t.compute * repeat,
         overhead=t.overhead * repeat,
         stall={k: v * repeat for k, v in t.stall.items()},
-        bytes={lv.name: lv.bytes * repeat for lv in traffic.levels},
+        bytes={lv.name: int(lv.bytes * widen) * repeat for lv in traffic.levels},
         terms=t.terms,
     )
 
@@ -368,6 +443,7 @@ class StepTiming:
     connections: int
     phase: str
     peak: float  # FLOP/s the fraction of peak is taken against
+    dispatch: DispatchTimes | None = None  # set by apply_dispatch
 
     def _sum(self, attr: str) -> float:
         return self.iterations * sum(getattr(k, attr) for k in self.kernels)
@@ -381,8 +457,17 @@ class StepTiming:
         return self._sum("compute")
 
     @property
-    def overhead(self) -> float:
+    def startup(self) -> float:
         return self._sum("overhead")
+
+    @property
+    def dispatch_seconds(self) -> float:
+        return self._sum("dispatch")
+
+    @property
+    def overhead(self) -> float:
+        """Neither arithmetic nor memory: start-up and dispatch."""
+        return self.startup + self.dispatch_seconds
 
     def _by_level(self, attr: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -404,9 +489,73 @@ class StepTiming:
         return self.compute + self.overhead + sum(self.stall.values())
 
     @property
+    def time_by_component(self) -> dict[str, float]:
+        """Seconds by component: compute, dispatch, startup and each memory level's stall."""
+        return {COMPUTE: self.compute, DISPATCH: self.dispatch_seconds, STARTUP: self.startup, **self.stall}
+
+    @property
     def bound(self) -> str:
-        """What most of the step's time is bound by: each kernel's seconds count for its own bound."""
-        seconds: dict[str, float] = {}
-        for k in self.kernels:
-            seconds[k.bound] = seconds.get(k.bound, 0.0) + k.seconds
-        return max(seconds, key=lambda b: seconds[b]) if seconds else "compute"
+        """The component with the largest share of the step's time; dispatch whenever the
+        host's stream is the longer one (the device then waits on the host, whatever its
+        kernels' own split)."""
+        if self.dispatch is not None and self.dispatch.host_bound:
+            return DISPATCH
+        return largest(self.time_by_component)
+
+    @property
+    def bound_class(self) -> str:
+        return bound_class(self.bound)
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """Sum over kernels of the largest level term, over the sum of their compute."""
+        compute = self.compute
+        memory = self.iterations * sum(k.memory_time for k in self.kernels)
+        return memory / compute if compute > 0 else None
+
+
+@dataclass(frozen=True)
+class DispatchTimes:
+    """The two streams of a step (docs/timing.md, "Dispatch"), in seconds."""
+
+    mode: str
+    host_seconds: float  # H: the host's issue time for the step
+    device_seconds: float  # D: the device's kernels and the gaps between them
+    launches: int  # kernel runs issued in the step
+    synchronous: bool  # the host is the computing core: the step is H + sum t_k
+
+    @property
+    def host_bound(self) -> bool:
+        return not self.synchronous and self.host_seconds > self.device_seconds
+
+
+def apply_dispatch(machine: Machine, kernels: Sequence[KernelTiming], iterations: int,
+                   mode: str | None = None) -> DispatchTimes:
+    """Set each kernel's share of the step's dispatch time and return the two streams.
+
+    Host stream H = n h (+ step_issue per step), device stream D = sum (g + t_k) over the n
+    kernel runs; an accelerator's step takes max(H, D), a CPU's H + sum t_k. The device's
+    gaps belong to the kernels they precede; a host stream longer than the device's is
+    shared out per kernel run, as each run costs the host the same."""
+    spec = machine.dispatch
+    if mode is None:
+        mode = spec.default if spec is not None else "compiled"
+    if mode not in DISPATCH_MODES:
+        raise InputError(f"unknown dispatch mode {mode!r}; one of {', '.join(DISPATCH_MODES)}", field="dispatch")
+    h = g = per_step = 0.0
+    if spec is not None:
+        figures = spec.mode(mode)
+        h, g, per_step = figures.host_issue, figures.device_gap, figures.step_issue
+    runs_per_pass = sum(k.repeat for k in kernels)
+    launches = iterations * runs_per_pass
+    host = launches * h + iterations * per_step
+    work = iterations * sum(k.work_seconds for k in kernels)
+    device = launches * g + work
+    synchronous = machine.kind not in ASYNC_KINDS
+    # Host time charged per kernel run, beyond the gap: all of it on a synchronous
+    # machine, only the excess over the device stream on an asynchronous one.
+    extra = host if synchronous else max(0.0, host - device)
+    per_run = extra / launches if launches else 0.0
+    for k in kernels:
+        k.dispatch = k.repeat * (g + per_run)
+    return DispatchTimes(mode, host, device, launches, synchronous)

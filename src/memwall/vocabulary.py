@@ -18,6 +18,9 @@ UPDATES: tuple[str, ...] = ("per-example", "minibatch")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
 # Dtypes a network trains in; 16-bit types train with fp32 master weights.
 TRAINING_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+# How kernels reach the device (docs/timing.md, "Dispatch"): a framework issuing kernel by
+# kernel, a captured graph replayed, or one compiled program per step.
+DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers

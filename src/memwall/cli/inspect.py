@@ -7,7 +7,7 @@ import sys
 
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
-from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..vocabulary import CHECKPOINT_SYNTAX, DISPATCH_MODES, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
 from . import add_command
 from ._output import print_json
 
@@ -53,6 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse a step whose replay needs more than N line lookups (default: about ten "
                         "minutes of replay; the refusal gives the estimate)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
+    p.add_argument("--dispatch", choices=DISPATCH_MODES, default=None,
+                   help="how kernels are issued: eager (kernel by kernel), graph (a captured graph "
+                        "replayed) or compiled (one program per step); default: the profile's")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                   help="change one profile figure for a what-if, read as the profile file reads it, "
+                        "e.g. --set memory.bandwidth='1 TB/s' or --set timing.dispatch.eager.host_issue='2 us' "
+                        "(repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -65,6 +72,20 @@ def _count(text: str) -> int:
     if value is None or value != value or value < 1 or value == float("inf") or value != int(value):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (such as 2e10), got {text!r}")
     return int(value)
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    """``["memory.bandwidth=1 TB/s"]`` -> {"memory.bandwidth": "1 TB/s"}; quotes around VALUE are dropped."""
+    out: dict[str, str] = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        field, value = field.strip(), value.strip()
+        if not sep or not field or not value:
+            raise InputError(f"--set takes FIELD=VALUE, got {item!r}", field="--set")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" and " " in value:
+            value = value[1:-1]
+        out[field] = value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +104,13 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         seq_len=args.seq_len,
         gemm=args.gemm,
+        dispatch=args.dispatch,
     )
+    machine = None
+    if args.sets:
+        from ..profiles import load_machine
+
+        machine = load_machine(args.machine, sets=parse_sets(args.sets))
     from tqdm import tqdm
 
     # disable=None: a bar only when stderr is a terminal; its ETA is tqdm's, from the rate so far.
@@ -94,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.total = total
             bar.update(done - bar.n)
 
-        result = run_case(case, exact=args.exact, max_lookups=args.max_lookups, progress=progress)
+        result = run_case(case, machine=machine, exact=args.exact, max_lookups=args.max_lookups, progress=progress)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
@@ -154,5 +181,9 @@ def render(result: dict) -> str:
         + f" of {format_bytes(result['capacity']['memory'])}"
         + ("" if result["capacity"]["fits"] else "  (DOES NOT FIT)")
     )
+    d = result.get("dispatch") or {}
+    if d.get("host_seconds"):
+        lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "
+                     f"{format_time(d['host_seconds'])}, the device works {format_time(d['device_seconds'])}")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)

@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", nargs="+", metavar="MODE", help=CHECKPOINT_SYNTAX)
     p.add_argument("--updates", choices=UPDATES, help="override updates on every case")
     p.add_argument("--phase", choices=PHASES, help="override the phase on every case")
+    p.add_argument("--dispatch", nargs="+", metavar="MODE",
+                   help="eager, graph and/or compiled (comma list): run every case in each mode "
+                        "(default: each profile's own)")
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")
@@ -91,7 +94,13 @@ def build_cases(args: argparse.Namespace) -> list:
             checkpoints if checkpoints is not None else ["none"],
         )
     overrides = {k: v for k, v in (("updates", args.updates), ("phase", args.phase)) if v}
-    return [replace(c, **overrides) for c in cases] if overrides else cases
+    cases = [replace(c, **overrides) for c in cases] if overrides else cases
+    modes = _split(getattr(args, "dispatch", None))
+    if modes:
+        for mode in modes:
+            sw.check_dispatch(mode)
+        cases = [replace(c, dispatch=mode) for c in cases for mode in modes]
+    return cases
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..schema import Field, Problems, Table, read_toml, walk
-from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, UPDATES, parse_checkpoint
+from ..vocabulary import CHECKPOINT_SYNTAX, DISPATCH_MODES, OPTIMIZERS, PHASES, UPDATES, parse_checkpoint
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -110,6 +110,8 @@ MEASUREMENT = Table("[[measurement]]", (
           "faithful transcription), low (secondary source or an interpretation)", required=True,
           choices=RELIABILITIES),
     Field("notes", "text", "what was measured, what is uncertain, any derivation", required=True),
+    Field("dispatch", "word", "how the measured run issued its kernels (default: the machine profile's own)",
+          choices=DISPATCH_MODES),
     Field("explanation", "text", "why memwall's prediction misses this case, where it does (the model's missing "
           "effect, a counting difference)"),
 ), label="id")
@@ -144,6 +146,7 @@ class Measurement:
     check: str = "point"
     year: int | None = None
     explanation: str | None = None
+    dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
     file: str | None = None  # where it was read from
     line: int | None = None  # the line of its id in that file
 

@@ -29,10 +29,10 @@ CAPTIONS = {
     "regime_flip": "Per-example training (batch 1): each point is one machine. Stall fraction near 0 "
     "means arithmetic-bound, near 1 means waiting on memory. Dotted lines mark each network's "
     "arithmetic intensity with no cache reuse; the flip is expected where the balance passes it. "
-    "Launch overhead is neither arithmetic nor stall: small networks on accelerators are overhead-bound "
-    "(figure 3) and stay low here.",
+    "Dispatch (the host issuing kernels, the device's gaps between them) is neither arithmetic nor "
+    "stall: small networks on accelerators are dispatch-bound (figure 3) and stay low here.",
     "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
-    "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
+    "arithmetic, then the stall attributed to each memory level, then dispatch and start-up.",
     "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
     "about 2 × balance tokens, where a step with bf16 weights and fp32 gradients should turn compute-bound.",
     "capacity_ledger": "Bytes of saved activations against bytes of parameters as the batch grows; they "

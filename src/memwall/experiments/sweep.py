@@ -61,7 +61,7 @@ COLUMNS = (
     "network", "batch", "tokens", "checkpoint", "updates", "phase", "optimizer", "dtype",
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
-    "overhead_fraction",
+    "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
 )
 
 _SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
@@ -293,6 +293,15 @@ def _is_file(spec: str) -> bool:
     return spec.endswith(".toml") and Path(spec).is_file()
 
 
+def check_dispatch(value: str | None) -> str | None:
+    """A dispatch mode (None: each profile's default), or an InputError naming the choices."""
+    from ..vocabulary import DISPATCH_MODES
+
+    if value is None or value in DISPATCH_MODES:
+        return value
+    raise InputError(f"unknown dispatch mode '{value}' (use {', '.join(DISPATCH_MODES)})", field="dispatch")
+
+
 def validate(cases: Sequence[Case]) -> None:
     """Raise InputError for the first unusable case; called before anything runs."""
     if not cases:
@@ -313,6 +322,7 @@ def validate(cases: Sequence[Case]) -> None:
         if case.seq_len is not None and case.seq_len < 1:
             raise InputError(f"seq_len must be >= 1, got {case.seq_len!r}", field="seq_len")
         check_checkpoint(case.checkpoint)
+        check_dispatch(case.dispatch)
         if case.updates not in UPDATES:
             raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
         if case.phase not in PHASES:
@@ -347,7 +357,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
-        "status": "error" if error else "ok", "error": error,
+        "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if error or result is None:
         return row
@@ -367,6 +377,10 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "compute_fraction": _share(cycles["compute"], total),
         "overhead_fraction": _share(cycles["overhead"], total),
         "dtype": result["dtype"],
+        "dispatch": result["dispatch"]["mode"] or case.dispatch,
+        "bound_class": result["bound_class"],
+        "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
+        "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })

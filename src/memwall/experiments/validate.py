@@ -89,7 +89,7 @@ class CaseResult:
 def case_for(m: Measurement) -> Case:
     """The simulation that reproduces a measurement's workload."""
     if m.gemm is not None:
-        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward")
+        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch)
     return Case(
         machine=m.machine,
         network=m.network,
@@ -100,6 +100,7 @@ def case_for(m: Measurement) -> Case:
         optimizer=m.optimizer,
         dtype=m.dtype,
         seq_len=m.seq_len,
+        dispatch=m.dispatch,
     )
 
 

@@ -120,7 +120,26 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
         out = _elementwise(kernel, p, fam, line_bytes)
     if fam == "blocked":
         out = replace(out, parallel_units=_blocked_parallelism(kernel, p))
+    elif fam == "tiled":
+        out = replace(out, parallel_units=_tiled_parallelism(kernel, p))
     return out
+
+
+def _tiled_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
+    """Tiles a tiled kernel runs as, for its waves over the units: a product's output tiles
+    (``tile_m x tile_n``, per batch item), split along K while they are fewer than the
+    units (split-K, as CUTLASS's GemmSplitKParallel and cuBLAS do for small outputs: at
+    most ceil(K / tile_k) slices, as many as fill the units); an attention's query tiles per
+    head; else thread blocks of ``ELEMENTWISE_GRAIN`` elements."""
+    if kernel.op in ("gemm", "gemv") and kernel.dims is not None:
+        m, n, k = kernel.dims
+        out = kernel.batch * -(-m // int(p["tile_m"])) * -(-n // int(p["tile_n"]))
+        units = int(p["units"])
+        splits = min(-(-k // int(p["tile_k"])), max(1, units // out)) if out < units else 1
+        return out * splits
+    if kernel.op == "attention":
+        return max(1, kernel.batch * -(-int(kernel.params.get("seq", 1)) // int(p["tile_m"])))
+    return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
 
 
 def _blocked_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
