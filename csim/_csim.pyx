@@ -23,6 +23,12 @@ import numpy as np
 
 ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 
+# The enum codes, exported once: memwall.engine translates a LevelSpec's words with these.
+POLICY_CODES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "random": POLICY_RANDOM, "plru": POLICY_PLRU}
+INCLUSION_CODES = {"none": INCL_NONE, "inclusive": INCL_INCLUSIVE, "exclusive": INCL_EXCLUSIVE}
+# The keys of one level handed to Engine (every one required, no other accepted).
+LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed")
+
 cdef extern from "xmmintrin.h":
     void _mm_prefetch(const char *p, int hint) nogil
     int _MM_HINT_T0
@@ -620,21 +626,6 @@ cdef void flush_all(engine_t *e) noexcept nogil:
 
 
 # ------------------------------------------------------------------- loop nests
-ctypedef struct nest_t:
-    int n_loops
-    const int64_t *counts          # iterations per loop, outermost first
-    const uint32_t *size           # bytes per access
-    const uint8_t *is_write        # per access
-    const uint32_t *rows           # demand accesses per issue (a block of rows), >= 1
-    const int64_t *row_stride      # bytes between the rows of a block
-    const int64_t *strides         # bytes, n_access x stride_cols
-    int64_t stride_cols
-    uint64_t *cur                  # current address of each access (wrapping arithmetic)
-    const int64_t *issue           # access ids grouped: before[d] then after[d], d = 0..n_loops
-    const int64_t *issue_start     # issue[issue_start[2d] : issue_start[2d+1]] = before at depth d,
-                                   # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
-    const int64_t *inner           # access ids with depth > d, for each loop d
-    const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]
 
 
 cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
@@ -729,13 +720,10 @@ cdef int log2_exact(uint64_t x) noexcept nogil:
 cdef class Engine:
     """The C state of one hierarchy. Every malloc here is freed in __dealloc__.
 
-    ``levels``: a list of ``(name, size, line, ways, policy, write_through, inclusion,
-    seed)`` with policy 0..3 (lru, fifo, random, plru) and inclusion 0..2 (none,
-    inclusive, exclusive), already validated by memwall.engine.
+    ``levels``: a list of mappings with exactly the keys of ``LEVEL_KEYS`` (``policy`` a
+    value of ``POLICY_CODES``, ``inclusion`` one of ``INCLUSION_CODES``, sizes in bytes),
+    already validated by memwall.engine. (Attributes: _csim.pxd.)
     """
-
-    cdef engine_t e
-    cdef object names              # list[str], one per level
 
     def __cinit__(self, list levels, bint classify=False):
         cdef int i, j, n = len(levels)
@@ -749,19 +737,24 @@ cdef class Engine:
                 raise MemoryError("cannot allocate the cache levels")
         self.e.n = n
         for i in range(n):
-            name, size, line, ways, policy, write_through, inclusion, seed = levels[i]
-            self.names.append(str(name))
+            spec = levels[i]
+            if sorted(spec) != sorted(LEVEL_KEYS):
+                raise ValueError(f"level {i}: keys {sorted(spec)}, expected {sorted(LEVEL_KEYS)}")
+            if spec["policy"] not in POLICY_CODES.values() or spec["inclusion"] not in INCLUSION_CODES.values():
+                raise ValueError(f"level {i}: unknown policy or inclusion code")
+            name = str(spec["name"])
+            self.names.append(name)
             L = &self.e.levels[i]
-            L.line_bytes = line
-            L.ways = ways
-            L.sets = size // (ways * line)
-            L.line_shift = log2_exact(line)
+            L.line_bytes = spec["line"]
+            L.ways = spec["ways"]
+            L.sets = spec["size"] // (L.ways * L.line_bytes)
+            L.line_shift = log2_exact(L.line_bytes)
             L.sets_pow2 = (L.sets & (L.sets - 1)) == 0
             L.set_mask = L.sets - 1
-            L.policy = policy
-            L.write_through = write_through
-            L.inclusion = inclusion
-            L.seed = seed
+            L.policy = spec["policy"]
+            L.write_through = spec["write_through"]
+            L.inclusion = spec["inclusion"]
+            L.seed = spec["seed"]
             L.classify = classify
             nways_total = L.sets * L.ways
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
@@ -943,27 +936,49 @@ cdef class Engine:
         self._check()
 
     def counters(self):
-        """``(levels, memory, accesses)``: per level a tuple in counters_t order."""
+        """``{"levels": [{"name": ..., <counters_t field>: value, ...}], "memory": {<memory_t
+        field>: value}, "accesses": n}``: Cython converts each struct to a dict keyed by
+        its field names, so the fields' order in _structs.pxd cannot matter."""
         cdef int i
-        cdef counters_t c
-        out = []
+        levels = []
         for i in range(self.e.n):
-            c = self.e.levels[i].c
-            out.append((self.names[i], c.reads, c.writes, c.read_misses, c.write_misses,
-                        c.compulsory, c.capacity, c.conflict, c.writebacks, c.bytes_in,
-                        c.bytes_out, c.back_invalidations))
-        m = self.e.mem
-        return out, (m.reads, m.writes, m.bytes_read, m.bytes_written), self.e.accesses
+            row = {"name": self.names[i]}
+            row.update(<dict> self.e.levels[i].c)
+            levels.append(row)
+        return {"levels": levels, "memory": <dict> self.e.mem, "accesses": self.e.accesses}
 
-    # ---- test hooks: reach state the public API does not show
+    # ---- test hooks: reach state the public API does not show, and call the policy's
+    # verbs one at a time (tests/test_policies.py)
+    cdef level_t *_test_level(self, int level) except NULL:
+        if not 0 <= level < self.e.n:
+            raise IndexError(f"no level {level}")
+        return &self.e.levels[level]
+
     def _test_set_index(self, int level, uint64_t addr):
-        cdef level_t *L = &self.e.levels[level]
+        cdef level_t *L = self._test_level(level)
         return set_of(L, addr >> L.line_shift)
+
+    def _test_victim(self, int level, uint64_t set):
+        """The way the policy would evict from ``set`` now (random: draws from the generator)."""
+        cdef level_t *L = self._test_level(level)
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
+        return choose_victim(L, set)
+
+    def _test_touch(self, int level, uint64_t set, uint64_t way):
+        """A hit on a valid way, as a lookup makes it (replacement state only)."""
+        cdef level_t *L = self._test_level(level)
+        if set >= L.sets or way >= L.ways or L.way[set * L.ways + way].sd == 0:
+            raise IndexError(f"no valid way {way} in set {set}")
+        L.mru_valid = 0
+        touch(L, set, way)
 
     def _test_set_snapshot(self, int level, uint64_t set):
         """One set's ways: ``[(line or None, dirty), ...]`` in way order."""
-        cdef level_t *L = &self.e.levels[level]
+        cdef level_t *L = self._test_level(level)
         cdef uint64_t w, idx
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w

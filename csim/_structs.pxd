@@ -1,9 +1,7 @@
 # The engine's state, declared once: enums and structs with units and invariants.
-# (The Engine class and the cdef functions, all `noexcept nogil`, are in _csim.pyx:
-# they cannot fail, and the one failure they can meet, out of memory in a 3C shadow,
-# is reported through engine_t.err and raised by the caller holding the GIL.)
+# The functions over them and the Engine class are declared in _csim.pxd.
 from _types cimport addr_t, flag_t, index_t, size_t32
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cdef enum Policy:
     POLICY_LRU = 0
@@ -109,3 +107,20 @@ ctypedef struct engine_t:
     memory_t mem
     uint64_t accesses              # demand accesses replayed
     int err                        # Error, set by nogil code, raised by the caller
+
+# A loop nest as replay_nest walks it (built by memwall.engine._nest_program).
+ctypedef struct nest_t:
+    int n_loops
+    const int64_t *counts          # iterations per loop, outermost first
+    const uint32_t *size           # bytes per access
+    const uint8_t *is_write        # per access
+    const uint32_t *rows           # demand accesses per issue (a block of rows), >= 1
+    const int64_t *row_stride      # bytes between the rows of a block
+    const int64_t *strides         # bytes, n_access x stride_cols
+    int64_t stride_cols
+    uint64_t *cur                  # current address of each access (wrapping arithmetic)
+    const int64_t *issue           # access ids grouped: before[d] then after[d], d = 0..n_loops
+    const int64_t *issue_start     # issue[issue_start[2d] : issue_start[2d+1]] = before at depth d,
+                                   # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
+    const int64_t *inner           # access ids with depth > d, for each loop d
+    const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]

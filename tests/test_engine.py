@@ -5,6 +5,8 @@ CI reruns this file against a debug build (MEMWALL_CYTHON_DEBUG=1: bounds checks
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from reference_model import ReferenceHierarchy
 
 from memwall import _csim
-from memwall.engine import Hierarchy, HierarchyCounters, LevelCounters
+from memwall.engine import Hierarchy, HierarchyCounters, LevelCounters, MemoryCounters
 from memwall.errors import InputError
 from memwall.levels import LevelSpec
 from memwall.streams import Access, LoopNest
@@ -226,18 +228,6 @@ def test_random_policy_any_ways_deterministic_with_seed():
         assert c.levels[0].read_misses != a.levels[0].read_misses or ways == 3
 
 
-def test_random_policy_uses_every_way():
-    # 3 ways, random: after many conflicting fills, each way must have been a victim.
-    levels = [lv("L1", 3 * 64, 64, 3, policy="random", seed=1)]
-    h = Hierarchy(levels)
-    seen_lines = set()
-    for i in range(200):
-        h.replay(np.array([i * 64], np.uint64), np.array([1], np.uint32), np.array([0], np.uint8))
-        seen_lines.update(x[0] for x in h._engine._test_set_snapshot(0, 0) if x[0] is not None)
-    snap = h._engine._test_set_snapshot(0, 0)
-    assert all(x[0] is not None for x in snap)
-
-
 def test_plru_rejects_non_power_of_two_ways():
     with pytest.raises(InputError, match="power-of-two"):
         lv("L1", 3 * 64 * 4, 64, 3, policy="plru")
@@ -422,4 +412,68 @@ def test_typedefs_match_numpy_dtypes():
 
 
 def test_engine_name_is_real():
-    assert _csim.ENGINE_NAME != "placeholder"
+    # The name comes from the compiled extension the hierarchy runs on, and --version says it.
+    import importlib.machinery
+
+    from memwall import engine
+    from memwall.cli import _version_text
+
+    assert _csim.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert isinstance(Hierarchy([lv("L1", 256, 64, 2)])._engine, _csim.Engine)
+    assert engine.ENGINE_NAME == _csim.ENGINE_NAME
+    assert _csim.ENGINE_NAME.startswith("csim ") and "Cython" in _csim.ENGINE_NAME
+    assert f"memwall._csim ({_csim.ENGINE_NAME})" in _version_text()
+
+
+# ------------------------------------------------------------------ the contract
+def test_engine_counters_are_keyed_by_the_struct_fields():
+    # Counters cross from C by field name (Cython's struct-to-dict), never by position.
+    raw = Hierarchy([lv("L1", 256, 64, 2)], classify=True)._engine.counters()
+    assert set(raw) == {"levels", "memory", "accesses"}
+    assert set(raw["levels"][0]) == {f.name for f in dataclasses.fields(LevelCounters)}
+    assert set(raw["memory"]) == {f.name for f in dataclasses.fields(MemoryCounters)}
+
+
+def test_every_counter_reaches_its_own_field():
+    # A trace on which the eleven L1 counters and the four memory counters all differ, so a
+    # field read from the wrong place (a reordered struct, a positional copy) cannot agree
+    # with the reference model, which counts by name.
+    levels = [lv("L1", 512, 32, 2), lv("L2", 1024, 32, 2, inclusion="inclusive")]
+    rng = np.random.default_rng(0)
+    trace = (rng.integers(0, 8192, 400, dtype=np.uint64), rng.integers(1, 40, 400).astype(np.uint32),
+             (rng.random(400) < 0.3).astype(np.uint8))
+    ref, got = run_both(levels, *trace)
+    l1 = [v for k, v in got.levels[0].__dict__.items() if k != "name"]
+    assert len(set(l1)) == len(l1) and 0 not in l1
+    assert len(set(got.memory.__dict__.values())) == 4
+    assert_same(ref, got)
+
+
+def test_level_codes_come_from_the_extension():
+    from memwall.levels import INCLUSIONS
+    from memwall.levels import POLICIES as LEVEL_POLICIES
+
+    assert set(_csim.POLICY_CODES) == set(LEVEL_POLICIES)
+    assert set(_csim.INCLUSION_CODES) == set(INCLUSIONS)
+    assert len(set(_csim.POLICY_CODES.values())) == len(_csim.POLICY_CODES)
+    good = {"name": "L1", "size": 256, "line": 64, "ways": 2, "policy": _csim.POLICY_CODES["lru"],
+            "write_through": False, "inclusion": _csim.INCLUSION_CODES["none"], "seed": 0}
+    _csim.Engine([good])
+    with pytest.raises(ValueError, match="keys"):
+        _csim.Engine([{**good, "extra": 1}])
+    with pytest.raises(ValueError, match="keys"):
+        _csim.Engine([{k: v for k, v in good.items() if k != "seed"}])
+    with pytest.raises(ValueError, match="code"):
+        _csim.Engine([{**good, "policy": 99}])
+
+
+def test_engine_and_traces_import_without_a_cycle():
+    # traces owns the array contract; engine imports traces, never the other way round.
+    import ast
+    from pathlib import Path
+
+    import memwall.traces
+
+    tree = ast.parse(Path(memwall.traces.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "engine" not in imported and "memwall.engine" not in imported

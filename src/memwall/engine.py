@@ -21,13 +21,11 @@ from . import _csim
 from .errors import InputError
 from .levels import LevelSpec, load_hierarchy_file, parse_level
 from .streams import LoopNest
+from .traces import as_trace_arrays, read_trace
 
 __all__ = ["Hierarchy", "HierarchyCounters", "LevelCounters", "MemoryCounters", "ENGINE_NAME"]
 
 ENGINE_NAME: str = _csim.ENGINE_NAME
-_POLICY_CODES = {"lru": 0, "fifo": 1, "random": 2, "plru": 3}
-_INCLUSION_CODES = {"none": 0, "inclusive": 1, "exclusive": 2}
-_SIZE_LIMIT = 1 << 32
 
 
 def _combine(a: Any, b: Any, op: Any) -> dict[str, Any]:
@@ -227,16 +225,7 @@ class Hierarchy:
         check_levels(specs)
         self.levels: tuple[LevelSpec, ...] = tuple(specs)
         self.classify = bool(classify)
-        self._engine = _csim.Engine(
-            [
-                (
-                    lv.name, lv.size, lv.line, lv.ways, _POLICY_CODES[lv.policy],
-                    lv.write == "through-noallocate", _INCLUSION_CODES[lv.inclusion], lv.seed,
-                )
-                for lv in specs
-            ],
-            self.classify,
-        )
+        self._engine = _csim.Engine([_engine_level(lv) for lv in specs], self.classify)
 
     @classmethod
     def from_file(cls, path: str | Path, classify: bool = False) -> Hierarchy:
@@ -274,8 +263,6 @@ class Hierarchy:
     def replay_file(self, path: str | Path, format: str | None = None, *, chunk: int = 1 << 18,
                     progress: Any = None) -> None:
         """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks."""
-        from .traces import read_trace
-
         for a, s, w in read_trace(path, format, chunk=chunk):
             self.replay(a, s, w)
             if progress is not None:
@@ -290,39 +277,20 @@ class Hierarchy:
         self._engine.reset()
 
     def counters(self) -> HierarchyCounters:
-        levels, mem, accesses = self._engine.counters()
+        raw = self._engine.counters()  # dicts keyed by the C structs' field names
         return HierarchyCounters(
-            [LevelCounters(*row) for row in levels], MemoryCounters(*mem), int(accesses)
+            [LevelCounters(**row) for row in raw["levels"]], MemoryCounters(**raw["memory"]),
+            int(raw["accesses"]),
         )
 
 
-def as_trace_arrays(addr: Any, size: Any, is_write: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The engine's contiguous ``uint64, uint32, uint8`` arrays, or an InputError saying why not."""
-    out = []
-    for name, value, dtype, high in (
-        ("addr", addr, np.uint64, 1 << 64),
-        ("size", size, np.uint32, _SIZE_LIMIT),
-        ("is_write", is_write, np.uint8, 2),
-    ):
-        arr = np.asarray(value)
-        if arr.ndim != 1:
-            raise InputError(f"must be one-dimensional, got shape {arr.shape}", field=name)
-        if arr.dtype != dtype:
-            if arr.dtype == np.bool_:
-                arr = arr.astype(dtype)
-            elif not np.issubdtype(arr.dtype, np.integer):
-                if arr.size == 0:
-                    arr = arr.astype(dtype)
-                else:
-                    raise InputError(f"must be integers, got dtype {arr.dtype}", field=name)
-            elif arr.size:
-                lo, hi = int(arr.min()), int(arr.max())
-                if lo < 0 or hi >= high:
-                    raise InputError(f"values must lie in 0 .. {high - 1}, found {lo} .. {hi}", field=name)
-        out.append(np.ascontiguousarray(arr, dtype=dtype))
-    if not (len(out[0]) == len(out[1]) == len(out[2])):
-        raise InputError(f"addr, size and is_write differ in length: {len(out[0])}, {len(out[1])}, {len(out[2])}")
-    return out[0], out[1], out[2]
+def _engine_level(lv: LevelSpec) -> dict[str, Any]:
+    """One level as ``_csim.Engine`` takes it: its ``LEVEL_KEYS``, codes from the extension."""
+    return {
+        "name": lv.name, "size": lv.size, "line": lv.line, "ways": lv.ways,
+        "policy": _csim.POLICY_CODES[lv.policy], "write_through": lv.write == "through-noallocate",
+        "inclusion": _csim.INCLUSION_CODES[lv.inclusion], "seed": lv.seed,
+    }
 
 
 def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:

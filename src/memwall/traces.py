@@ -1,6 +1,8 @@
 """Trace files: reading (and writing) the explicit accesses the engine replays.
 
-Owns the four on-disk forms and their errors:
+Owns the array contract of a trace (:func:`as_trace_arrays`: contiguous ``uint64`` addresses,
+``uint32`` sizes, ``uint8`` read/write flags, checked) and the four on-disk forms and their
+errors (:mod:`memwall.engine` imports this module, never the other way round):
 
 * ``din``: DineroIV text, one reference a line: ``label hexaddr [size]`` with label 0
   (read), 1 (write) or 2 (instruction fetch, replayed as a read); size in decimal bytes,
@@ -24,7 +26,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -188,14 +190,41 @@ def _read_npz(path: Path, chunk: int) -> Iterator[Chunk]:
         raise InputError(f"truncated or corrupt npz: {err}", file=str(path)) from None
     finally:
         stream.close()
-    from .engine import as_trace_arrays
-
     try:
         addr, size, is_write = as_trace_arrays(*arrays)
     except InputError as err:
         raise err.within(file=str(path)) from None
     for start in range(0, len(addr), chunk):
         yield addr[start:start + chunk], size[start:start + chunk], is_write[start:start + chunk]
+
+
+def as_trace_arrays(addr: Any, size: Any, is_write: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's contiguous ``uint64, uint32, uint8`` arrays, or an InputError saying why not."""
+    out = []
+    for name, value, dtype, high in (
+        ("addr", addr, np.uint64, 1 << 64),
+        ("size", size, np.uint32, _SIZE_LIMIT),
+        ("is_write", is_write, np.uint8, 2),
+    ):
+        arr = np.asarray(value)
+        if arr.ndim != 1:
+            raise InputError(f"must be one-dimensional, got shape {arr.shape}", field=name)
+        if arr.dtype != dtype:
+            if arr.dtype == np.bool_:
+                arr = arr.astype(dtype)
+            elif not np.issubdtype(arr.dtype, np.integer):
+                if arr.size == 0:
+                    arr = arr.astype(dtype)
+                else:
+                    raise InputError(f"must be integers, got dtype {arr.dtype}", field=name)
+            elif arr.size:
+                lo, hi = int(arr.min()), int(arr.max())
+                if lo < 0 or hi >= high:
+                    raise InputError(f"values must lie in 0 .. {high - 1}, found {lo} .. {hi}", field=name)
+        out.append(np.ascontiguousarray(arr, dtype=dtype))
+    if not (len(out[0]) == len(out[1]) == len(out[2])):
+        raise InputError(f"addr, size and is_write differ in length: {len(out[0])}, {len(out[1])}, {len(out[2])}")
+    return out[0], out[1], out[2]
 
 
 def write_trace(path: str | Path, addr: np.ndarray, size: np.ndarray, is_write: np.ndarray,
