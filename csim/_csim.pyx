@@ -3,7 +3,8 @@
 
 Owns the C state of a hierarchy (per level: one flat array of 16-byte ways, each its tag
 and its stamp with the dirty bit, tree-PLRU bits, a seeded generator, the 3C shadows)
-and the three hot loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
+and the hot loops: explicit arrays (with the first level held in locals when it is a plain
+LRU/FIFO write-back level), affine loop nests expanded in place, and the end-of-run flush.
 The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
 tests/reference_model.py, which is the oracle these loops are tested against.
 
@@ -29,9 +30,21 @@ INCLUSION_CODES = {"none": INCL_NONE, "inclusive": INCL_INCLUSIVE, "exclusive": 
 # The keys of one level handed to Engine (every one required, no other accepted).
 LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed")
 
-cdef extern from "xmmintrin.h":
-    void _mm_prefetch(const char *p, int hint) nogil
-    int _MM_HINT_T0
+cdef extern from *:
+    """
+    /* A prefetch hint the compiler keeps: a helper made of __builtin_prefetch alone looks
+       side-effect free to gcc's inter-procedural analysis, which then deletes its calls;
+       a volatile asm statement is never deleted. */
+    static inline void memwall_prefetch(const void *p) {
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)p));
+    #elif defined(__GNUC__)
+        __asm__ __volatile__("" : : "r"(p));
+        __builtin_prefetch(p, 0, 3);
+    #endif
+    }
+    """
+    void memwall_prefetch(const void *p) nogil
 
 cdef enum:
     PREFETCH_AHEAD = 16                                 # accesses
@@ -611,6 +624,137 @@ cdef inline void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_w
         line += 1
 
 
+# ------------------------------------------------------------------ explicit arrays
+cdef inline void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil:
+    """Hint the host to fetch the sets ``addr`` maps to in the levels marked ``prefetch``."""
+    cdef int lv
+    cdef uint64_t off
+    cdef level_t *B
+    cdef const char *p
+    for lv in range(1, e.n):
+        B = &e.levels[lv]
+        if B.prefetch:
+            p = <const char *> (B.way + set_of(B, addr >> B.line_shift) * B.ways)
+            for off in range(0, B.ways * sizeof(way_t), 64):
+                memwall_prefetch(p + off)
+
+
+cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
+                       index_t i0, index_t i1, index_t n, bint prefetch) noexcept nogil:
+    """Accesses i0 .. i1-1 of n (e.n > 0); ``prefetch``: hint the deep levels' sets
+    PREFETCH_AHEAD accesses ahead, once per change of first-level line."""
+    cdef index_t i
+    cdef int shift0 = e.levels[0].line_shift
+    cdef uint64_t line, last_pf = 0
+    if e.levels[0].fast:
+        replay_first_fast(e, addr, size, is_write, i0, i1, n, prefetch)
+        return
+    for i in range(i0, i1):
+        if prefetch and i + PREFETCH_AHEAD < n:
+            line = addr[i + PREFETCH_AHEAD] >> shift0
+            if line != last_pf:
+                last_pf = line
+                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        access(e, addr[i], size[i], is_write[i] != 0)
+
+
+cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *size,
+                            const flag_t *is_write, index_t i0, index_t i1, index_t n,
+                            bint prefetch) noexcept nogil:
+    """replay_range when the first level is ``fast`` (LRU or FIFO, write-back, nothing below
+    touches its ways): that level's clock, counters and most recent line live in locals for
+    the whole range, so a hit costs a set scan and no stores but the way's stamp. It is
+    line_ref_fast and access_lines written out for level 0; the levels below are reached
+    through next_line_ref as usual."""
+    cdef level_t *L = &e.levels[0]
+    cdef way_t *ways = L.way
+    cdef way_t *w
+    cdef uint64_t nways = L.ways, set_mask = L.set_mask, sets = L.sets, lb = L.line_bytes
+    cdef int shift = L.line_shift
+    cdef bint lru = L.policy == POLICY_LRU, pow2 = L.sets_pow2
+    cdef uint64_t clock = L.clock
+    cdef uint64_t reads = 0, writes = 0, read_misses = 0, write_misses = 0
+    cdef uint64_t writebacks = 0, bytes_in = 0
+    cdef bint mru_valid = L.mru_valid
+    cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
+    cdef uint64_t a, end, line, last, sd, oldest, best, k, last_pf = 0
+    cdef bint wr
+    cdef index_t i
+    for i in range(i0, i1):
+        if prefetch and i + PREFETCH_AHEAD < n:
+            line = addr[i + PREFETCH_AHEAD] >> shift
+            if line != last_pf:
+                last_pf = line
+                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        a = addr[i]
+        wr = is_write[i] != 0
+        end = a + (size[i] - 1)
+        line = a >> shift
+        last = end >> shift
+        while True:
+            if wr:
+                writes += 1
+            else:
+                reads += 1
+            if mru_valid and line == mru_line:
+                # The most recent line again: no replacement state changes (LRU: it is the
+                # most recent already), only the dirty bit.
+                ways[mru_idx].sd |= <uint64_t> wr
+            else:
+                w = ways + (line & set_mask if pow2 else line % sets) * nways
+                best = 0
+                oldest = w[0].sd
+                for k in range(nways):
+                    sd = w[k].sd
+                    if w[k].tag == line and sd != 0:
+                        break
+                    if sd < oldest:
+                        oldest = sd
+                        best = k
+                else:
+                    k = nways
+                if k < nways:  # hit
+                    if lru:
+                        clock += 2
+                        w[k].sd = clock | (sd & 1) | <uint64_t> wr
+                    elif wr:
+                        w[k].sd = sd | 1
+                else:
+                    if wr:
+                        write_misses += 1
+                    else:
+                        read_misses += 1
+                    # A write covering the whole line allocates without a fetch.
+                    if not (wr and a <= (line << shift) and end >= (line << shift) + (lb - 1)):
+                        bytes_in += lb
+                        next_line_ref(e, 0, line, 0)
+                    if oldest & 1:  # the victim is valid and dirty: write it back, after the fetch
+                        writebacks += 1
+                        next_line_ref(e, 0, w[best].tag, 1)
+                    w[best].tag = line
+                    clock += 2
+                    w[best].sd = clock | <uint64_t> wr
+                    k = best
+                mru_valid = 1
+                mru_line = line
+                mru_idx = <uint64_t> (w - ways) + k
+            if line == last:
+                break
+            line += 1
+    L.clock = clock
+    L.mru_valid = mru_valid
+    L.mru_line = mru_line
+    L.mru_idx = mru_idx
+    L.c.reads += reads
+    L.c.writes += writes
+    L.c.read_misses += read_misses
+    L.c.write_misses += write_misses
+    L.c.writebacks += writebacks
+    L.c.bytes_in += bytes_in
+    L.c.bytes_out += writebacks * lb
+    e.accesses += <uint64_t> (i1 - i0)
+
+
 cdef void flush_all(engine_t *e) noexcept nogil:
     cdef int lv
     cdef uint64_t idx
@@ -853,49 +997,30 @@ cdef class Engine:
         if size.shape[0] != n or is_write.shape[0] != n:
             raise ValueError("addr, size and is_write must have the same length")
         cdef bint pf = 0
-        cdef int lv, shift0
-        cdef uint64_t line, last_pf = 0, off, misses0, misses_prev = PREFETCH_CHUNK
+        cdef int lv
+        cdef uint64_t misses0, misses_prev = PREFETCH_CHUNK
         cdef Py_ssize_t i_end
-        cdef level_t *L
-        cdef level_t *B
-        cdef const char *p
+        cdef level_t *L = &self.e.levels[0]
+        if n == 0:
+            return
         for lv in range(self.e.n):
             pf |= self.e.levels[lv].prefetch
         with nogil:
-            if pf:
-                # Prefetch the deep levels' sets PREFETCH_AHEAD accesses ahead, once per
-                # change of first-level line, in the chunks of PREFETCH_CHUNK accesses that
-                # follow a chunk where the first level missed often (elsewhere the hints
-                # cost more than they save).
-                shift0 = self.e.levels[0].line_shift
-                L = &self.e.levels[0]
+            if self.e.n == 0:
+                for i in range(n):
+                    access(&self.e, addr[i], size[i], is_write[i] != 0)
+            else:
+                # In chunks of PREFETCH_CHUNK accesses: the deep levels' sets are prefetched
+                # in a chunk that follows one where the first level missed often (elsewhere
+                # the hints cost more than they save).
                 i = 0
                 while i < n:
                     i_end = i + PREFETCH_CHUNK if n - i > PREFETCH_CHUNK else n
                     misses0 = L.c.read_misses + L.c.write_misses
-                    if misses_prev * PREFETCH_MISS_RATIO >= PREFETCH_CHUNK:
-                        for i in range(i, i_end):
-                            if i + PREFETCH_AHEAD < n:
-                                line = addr[i + PREFETCH_AHEAD] >> shift0
-                                if line != last_pf:
-                                    # (written out here: a helper made of prefetches alone
-                                    # looks side-effect free to gcc, which drops its calls)
-                                    last_pf = line
-                                    for lv in range(1, self.e.n):
-                                        B = &self.e.levels[lv]
-                                        if B.prefetch:
-                                            p = <const char *> (B.way + set_of(B, addr[i + PREFETCH_AHEAD] >> B.line_shift) * B.ways)
-                                            for off in range(0, B.ways * sizeof(way_t), 64):
-                                                _mm_prefetch(p + off, _MM_HINT_T0)
-                            access(&self.e, addr[i], size[i], is_write[i] != 0)
-                    else:
-                        for i in range(i, i_end):
-                            access(&self.e, addr[i], size[i], is_write[i] != 0)
+                    replay_range(&self.e, &addr[0], &size[0], &is_write[0], i, i_end, n,
+                                 pf and misses_prev * PREFETCH_MISS_RATIO >= PREFETCH_CHUNK)
                     misses_prev = L.c.read_misses + L.c.write_misses - misses0
                     i = i_end
-            else:
-                for i in range(n):
-                    access(&self.e, addr[i], size[i], is_write[i] != 0)
         self._check()
 
     def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,

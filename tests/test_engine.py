@@ -137,6 +137,21 @@ def test_three_levels_match_reference(policy, inclusion):
         assert_same(*run_both(levels, *trace))
 
 
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("l1_sets", [8, 6])
+def test_plain_first_level_loop_matches_reference(policy, l1_sets):
+    # Without 3C a plain LRU/FIFO write-back first level runs in its own loop (its state in
+    # locals), and a 1 MiB level below it is prefetched: 10,000 accesses cross the loop's
+    # 4096-access chunks; whole-line writes, straddles and dirty victims all occur.
+    rng = np.random.default_rng(21)
+    levels = [lv("L1", l1_sets * 4 * 64, 64, 4, policy=policy), lv("L2", 1 << 20, 64, 16, policy=policy)]
+    addr, size, w = random_trace(rng, 10_000, 1 << 15, max_size=130, write_frac=0.4)
+    size[rng.random(10_000) < 0.2] = 64
+    addr[size == 64] &= ~np.uint64(63)
+    assert_same(*run_both(levels, addr, size, w, classify=False))
+    assert_same(*run_both(levels, addr, size, w, classify=False, flush=False))
+
+
 def test_inclusive_back_invalidates_dirty_line_once():
     # L2 (inclusive, 1 line) evicts line 0 while L1 holds it dirty: L1 loses it, and the
     # data leaves with L2's victim in one write-back.

@@ -3,7 +3,7 @@
 # they can meet, out of memory growing a 3C shadow, is a return code (-1 from the
 # *_init/_grow functions) or ERR_NOMEM in engine_t.err, raised by the caller holding
 # the GIL (Engine._check).
-from _types cimport addr_t
+from _types cimport addr_t, flag_t, index_t, size_t32
 from _structs cimport engine_t, fa_lru_t, level_t, lineset_t, nest_t
 from libc.stdint cimport int64_t, uint64_t
 
@@ -49,6 +49,14 @@ cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
 cdef void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil
 cdef void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil
 cdef void flush_all(engine_t *e) noexcept nogil
+
+# ---- explicit arrays (replay_first_fast: replay_range when the first level is `fast`)
+cdef void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil
+cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
+                       index_t i0, index_t i1, index_t n, bint prefetch) noexcept nogil
+cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *size,
+                            const flag_t *is_write, index_t i0, index_t i1, index_t n,
+                            bint prefetch) noexcept nogil
 
 # ---- loop nests expanded in place
 cdef void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil
