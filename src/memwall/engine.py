@@ -243,13 +243,17 @@ class Hierarchy:
         ``addr`` uint64, ``size`` uint32 (1 .. 2**32-1), ``is_write`` uint8 or bool;
         other integer dtypes are converted after a range check.
         """
-        a, s, w = as_trace_arrays(addr, size, is_write)
+        self._replay(*as_trace_arrays(addr, size, is_write))
+
+    def _replay(self, a: np.ndarray, s: np.ndarray, w: np.ndarray, first: int = 0) -> None:
+        """Replay the engine's arrays, refusing a bad access before any is counted; errors
+        name the access as ``first`` + its index."""
         bad = self._engine.validate(a, s)
         if bad >= 0:
             if s[bad] == 0:
-                raise InputError(f"access {bad}: size must be at least 1 byte", field="size")
+                raise InputError(f"access {first + bad}: size must be at least 1 byte", field="size")
             raise InputError(
-                f"access {bad}: address {int(a[bad]):#x} + size {int(s[bad])} wraps past 2**64",
+                f"access {first + bad}: address {int(a[bad]):#x} + size {int(s[bad])} wraps past 2**64",
                 field="addr",
             )
         self._engine.replay(a, s, w)
@@ -262,9 +266,15 @@ class Hierarchy:
 
     def replay_file(self, path: str | Path, format: str | None = None, *, chunk: int = 1 << 18,
                     progress: Any = None) -> None:
-        """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks."""
+        """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks; an
+        error names the file and the access's index in it."""
+        first = 0
         for a, s, w in read_trace(path, format, chunk=chunk):
-            self.replay(a, s, w)
+            try:
+                self._replay(a, s, w, first)
+            except InputError as err:
+                raise err.within(file=str(path)) from None
+            first += len(a)
             if progress is not None:
                 progress(len(a))
 

@@ -59,7 +59,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     fmt = args.format or guess_format(args.trace)
     hierarchy = Hierarchy(_levels(args), classify=args.classify)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     # tqdm's disable=None: a progress bar only when stderr is a terminal.
     with tqdm(unit=" acc", unit_scale=True, file=sys.stderr, disable=None, mininterval=0.5,
               desc="replay") as bar:
@@ -67,6 +67,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.flush:
             hierarchy.flush()
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start  # (this process's CPU: a shared machine's waits excluded)
     counters = hierarchy.counters()
     result = counters.as_dict()
     if not args.classify:
@@ -74,6 +75,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             for key in _CLASSIFY_KEYS:
                 level.pop(key)
     result["seconds"] = seconds
+    result["cpu_seconds"] = cpu_seconds
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         print()
