@@ -46,6 +46,45 @@ cdef extern from *:
     """
     void memwall_prefetch(const void *p) nogil
 
+cdef extern from *:
+    """
+    /* Zeroed memory for a level's ways. Levels of 2 MiB or more are mapped in huge pages
+       where Linux offers them (transparent huge pages on request: MADV_HUGEPAGE): a 32 MiB
+       level's 8 MiB of ways then costs 4 page faults instead of 2048, and its random
+       lookups miss the host's TLB far less. Release with memwall_free_ways(p, bytes). */
+    #include <stdlib.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    #define MEMWALL_HUGE ((size_t)2 << 20)
+    static void *memwall_alloc_ways(size_t bytes) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (bytes >= MEMWALL_HUGE) {
+            size_t len = (bytes + MEMWALL_HUGE - 1) & ~(MEMWALL_HUGE - 1);
+            void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return NULL;
+            madvise(p, len, MADV_HUGEPAGE); /* a hint: refused, the pages are small */
+            return p;
+        }
+    #endif
+        return calloc(1, bytes ? bytes : 1);
+    }
+    static void memwall_free_ways(void *p, size_t bytes) {
+        if (p == NULL)
+            return;
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (bytes >= MEMWALL_HUGE) {
+            munmap(p, (bytes + MEMWALL_HUGE - 1) & ~(MEMWALL_HUGE - 1));
+            return;
+        }
+    #endif
+        free(p);
+    }
+    """
+    void *memwall_alloc_ways(size_t bytes) nogil
+    void memwall_free_ways(void *p, size_t bytes) nogil
+
 cdef enum:
     PREFETCH_AHEAD = 16                                 # accesses
     PREFETCH_MIN_BYTES = 256 * 1024                     # of a level's ways
@@ -902,9 +941,11 @@ cdef class Engine:
             L.classify = classify
             nways_total = L.sets * L.ways
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
-            # calloc: an empty level is all zeros, and the OS hands out zero pages lazily,
+            # Zeroed pages: an empty level is all zeros, and the OS hands them out lazily,
             # so a 32 MiB level costs nothing until its sets are used.
-            L.way = <way_t *> calloc(nways_total, sizeof(way_t))
+            if nways_total > (<uint64_t> -1) // sizeof(way_t):
+                raise MemoryError(f"cannot allocate level {name!r}")
+            L.way = <way_t *> memwall_alloc_ways(nways_total * sizeof(way_t))
             L.plru = <uint8_t *> calloc(nbits, 1)
             if L.way == NULL or L.plru == NULL:
                 raise MemoryError(f"cannot allocate level {name!r}")
@@ -932,7 +973,7 @@ cdef class Engine:
             return
         for i in range(self.e.n):
             L = &self.e.levels[i]
-            free(L.way)
+            memwall_free_ways(L.way, L.sets * L.ways * sizeof(way_t))
             free(L.plru)
             free(L.seen.keys)
             free(L.shadow.key)
