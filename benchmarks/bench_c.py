@@ -9,7 +9,10 @@ interleaved, best of ``--repeat``:
   counters of both are compared, so a fast wrong engine cannot pass;
 * ``memwall replay FILE.npz`` (the rate of its ``cpu_seconds``: reading the file and
   replaying it, not the interpreter's start) against the in-process rate;
-* reading din and xdin text (``traces.read_trace``), in lines per second.
+* reading din and xdin text (``traces.read_trace``), in lines per second;
+* the one-pass capacity sweep (``CapacitySweep``) of hier3's L3 and of dm8k's L1 at 16
+  capacities (1 .. 16 ways at the level's set count) against one replay of the hierarchy
+  with that level at its largest (16 ways).
 
 Times are the process's CPU time (``time.process_time``), not wall time: the machines
 this runs on are shared, and a replay that waits for a core would otherwise be charged
@@ -35,7 +38,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_engine import HIERARCHIES, TRACES  # noqa: E402
 
-from memwall.engine import Hierarchy  # noqa: E402
+from memwall.engine import CapacitySweep, Hierarchy  # noqa: E402
+from memwall.levels import LevelSpec  # noqa: E402
 from memwall.traces import read_trace, write_trace  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -129,6 +133,26 @@ def main() -> None:
                 if npz is not None:
                     line += f"{best_cli / 1e6:>16.1f}{best_cli / 1e6 / rm:>11.2f}x"
                 print(line, flush=True)
+        print(f"{'capacity sweep':<24}{'16 capacities s':>16}{'one replay s':>14}{'ratio':>8}")
+        for hname, levels, name in (("hier3", HIERARCHIES["hier3"], "L3"), ("dm8k", HIERARCHIES["dm8k"], "L1")):
+            swept = next(lv for lv in levels if lv.name == name)
+            largest = [lv if lv.name != name else LevelSpec(name, swept.sets * 16 * swept.line, swept.line, 16)
+                       for lv in levels]
+            for tname, (addr, size, w) in traces.items():
+                best_s = best_r = float("inf")
+                for _ in range(args.repeat):
+                    t = time.process_time()
+                    sweep = CapacitySweep(levels, name, 16)
+                    sweep.replay(addr, size, w)
+                    got = sweep.sweep()[swept.sets * 16 * swept.line]
+                    best_s = min(best_s, time.process_time() - t)
+                    t = time.process_time()
+                    h = Hierarchy(largest)
+                    h.replay(addr, size, w)
+                    best_r = min(best_r, time.process_time() - t)
+                    assert got == h.counters().level(name)
+                print(f"{name + ' of ' + hname + ', ' + tname:<24}{best_s:>16.3f}{best_r:>14.3f}{best_s / best_r:>7.2f}x",
+                      flush=True)
         if args.no_files:
             return
         addr, size, w = next(iter(traces.values()))

@@ -28,7 +28,8 @@ ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 POLICY_CODES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "random": POLICY_RANDOM, "plru": POLICY_PLRU}
 INCLUSION_CODES = {"none": INCL_NONE, "inclusive": INCL_INCLUSIVE, "exclusive": INCL_EXCLUSIVE}
 # The keys of one level handed to Engine (every one required, no other accepted).
-LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed")
+LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed", "stack")
+# ("stack": True for the one level of a capacity sweep, the last; its ways are the largest swept)
 
 cdef extern from *:
     """
@@ -359,6 +360,109 @@ cdef inline void classify_ref(level_t *L, uint64_t line, bint hit, bint allocate
             L.c.conflict += 1
 
 
+# ------------------------------------------- one level in capacity-sweep mode: an LRU stack
+cdef int stack_init(stack_t *st, uint64_t sets, uint64_t depth) noexcept nogil:
+    st.depth = depth
+    if sets * depth > (<uint64_t> -1) // sizeof(uint64_t):
+        return -1
+    st.tag = <uint64_t *> memwall_alloc_ways(sets * depth * sizeof(uint64_t))  # (huge pages when large)
+    st.dirty_from = <uint64_t *> memwall_alloc_ways(sets * depth * sizeof(uint64_t))
+    st.count = <uint64_t *> calloc(sets, sizeof(uint64_t))
+    st.read_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.write_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.full_write_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.wb_diff = <int64_t *> calloc(depth + 2, sizeof(int64_t))
+    if (st.tag == NULL or st.dirty_from == NULL or st.count == NULL or st.read_hist == NULL
+            or st.write_hist == NULL or st.full_write_hist == NULL or st.wb_diff == NULL):
+        return -1
+    return 0
+
+
+cdef void stack_free(stack_t *st, uint64_t sets) noexcept nogil:
+    memwall_free_ways(st.tag, sets * st.depth * sizeof(uint64_t))
+    memwall_free_ways(st.dirty_from, sets * st.depth * sizeof(uint64_t))
+    free(st.count)
+    free(st.read_hist)
+    free(st.write_hist)
+    free(st.full_write_hist)
+    free(st.wb_diff)
+
+
+cdef void stack_clear(stack_t *st, uint64_t sets) noexcept nogil:
+    memset(st.count, 0, sets * sizeof(uint64_t))
+    memset(st.read_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.write_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.full_write_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.wb_diff, 0, (st.depth + 2) * sizeof(int64_t))
+
+
+cdef inline void stack_writebacks(stack_t *st, uint64_t above, uint64_t upto) noexcept nogil:
+    """One write-back in every cache of W ways, above < W <= upto."""
+    if upto > above:
+        st.wb_diff[above + 1] += 1
+        st.wb_diff[upto + 1] -= 1
+
+
+cdef void stack_ref(level_t *L, uint64_t line, uint64_t nbytes, bint is_write) noexcept nogil:
+    """One lookup at a level in capacity-sweep mode: its stack distance, counted; the
+    line moves to the top of its set's stack (write-back, write-allocate, LRU)."""
+    cdef stack_t *st = &L.st
+    cdef uint64_t set = set_of(L, line), depth = st.depth
+    cdef uint64_t *tags = st.tag + set * depth
+    cdef uint64_t *dirty_from = st.dirty_from + set * depth
+    cdef uint64_t n = st.count[set], d, moved, dirty
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    for d in range(n):
+        if tags[d] == line:
+            break
+    else:
+        d = n  # not among the depth most recent lines of its set
+    if d < n:
+        dirty = dirty_from[d]
+        stack_writebacks(st, dirty, d)  # it sank to d: evicted from the caches of <= d ways
+        if dirty < d:
+            dirty = d
+        moved = d
+    else:
+        d = depth
+        if n == depth:  # the deepest line leaves every cache swept
+            stack_writebacks(st, dirty_from[depth - 1], depth)
+            moved = depth - 1
+        else:
+            st.count[set] = n + 1
+            moved = n
+        dirty = depth
+    while moved:  # (a loop: the moves are short, and a call costs more than most)
+        tags[moved] = tags[moved - 1]
+        dirty_from[moved] = dirty_from[moved - 1]
+        moved -= 1
+    tags[0] = line
+    dirty_from[0] = 0 if is_write else dirty
+    if is_write:
+        st.write_hist[d] += 1
+        if nbytes == L.line_bytes:
+            st.full_write_hist[d] += 1
+    else:
+        st.read_hist[d] += 1
+
+
+cdef void stack_flush(level_t *L) noexcept nogil:
+    """The end-of-run flush of every cache swept. An entry at stack position p, dirty above
+    dirty_from ways, was evicted dirty from the caches of dirty_from < W <= p ways (not yet
+    counted: it would be when it is next looked up or leaves the stack) and is flushed dirty
+    from those of more than both: together, one write-back in each cache above dirty_from."""
+    cdef stack_t *st = &L.st
+    cdef uint64_t set, p, i
+    for set in range(L.sets):
+        for p in range(st.count[set]):
+            i = set * st.depth + p
+            stack_writebacks(st, st.dirty_from[i], st.depth)
+            st.dirty_from[i] = st.depth
+
+
 # ------------------------------------------------------------ references and levels
 cdef void ref(engine_t *e, int lv, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
     """A reference of ``size`` bytes at level ``lv`` (main memory when lv == n)."""
@@ -620,6 +724,8 @@ cdef inline void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t 
     """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
     if e.levels[lv].fast:
         line_ref_fast(e, lv, line, nbytes, is_write)
+    elif e.levels[lv].stack:
+        stack_ref(&e.levels[lv], line, nbytes, is_write)
     else:
         line_ref_general(e, lv, line, lo, nbytes, is_write)
 
@@ -664,18 +770,26 @@ cdef inline void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_w
 
 
 # ------------------------------------------------------------------ explicit arrays
+cdef inline void prefetch_bytes(const void *p, uint64_t nbytes) noexcept nogil:
+    cdef uint64_t off
+    for off in range(0, nbytes, 64):
+        memwall_prefetch(<const char *> p + off)
+
+
 cdef inline void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil:
     """Hint the host to fetch the sets ``addr`` maps to in the levels marked ``prefetch``."""
     cdef int lv
-    cdef uint64_t off
+    cdef uint64_t set
     cdef level_t *B
-    cdef const char *p
     for lv in range(1, e.n):
         B = &e.levels[lv]
         if B.prefetch:
-            p = <const char *> (B.way + set_of(B, addr >> B.line_shift) * B.ways)
-            for off in range(0, B.ways * sizeof(way_t), 64):
-                memwall_prefetch(p + off)
+            set = set_of(B, addr >> B.line_shift)
+            if B.stack:
+                prefetch_bytes(B.st.tag + set * B.st.depth, B.st.depth * sizeof(uint64_t))
+                prefetch_bytes(B.st.dirty_from + set * B.st.depth, B.st.depth * sizeof(uint64_t))
+            else:
+                prefetch_bytes(B.way + set * B.ways, B.ways * sizeof(way_t))
 
 
 cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
@@ -800,6 +914,9 @@ cdef void flush_all(engine_t *e) noexcept nogil:
     cdef level_t *L
     for lv in range(e.n):
         L = &e.levels[lv]
+        if L.stack:
+            stack_flush(L)
+            continue
         for idx in range(L.sets * L.ways):  # set order, then way order
             if L.way[idx].sd & 1:  # (only a valid way is dirty)
                 L.way[idx].sd &= ~1ULL
@@ -940,6 +1057,15 @@ cdef class Engine:
             L.seed = spec["seed"]
             L.classify = classify
             nways_total = L.sets * L.ways
+            if spec["stack"]:
+                if (i != n - 1 or L.policy != POLICY_LRU or L.write_through or L.inclusion != INCL_NONE
+                        or classify):
+                    raise ValueError(f"level {i}: a capacity-sweep level is the last, LRU, write-back, "
+                                     "without inclusion or 3C")
+                L.stack = 1
+                if stack_init(&L.st, L.sets, L.ways) != 0:
+                    raise MemoryError(f"cannot allocate the stacks of level {name!r}")
+                continue
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
             # Zeroed pages: an empty level is all zeros, and the OS hands them out lazily,
             # so a 32 MiB level costs nothing until its sets are used.
@@ -960,8 +1086,8 @@ cdef class Engine:
             for j in range(i + 1, n):
                 if self.e.levels[j].inclusion == INCL_INCLUSIVE:
                     L.inclusive_below = 1
-            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES
-            L.fast = ((L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
+            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES  # (a stack: as many bytes)
+            L.fast = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
         self._clear(False)
@@ -980,6 +1106,7 @@ cdef class Engine:
             free(L.shadow.prev)
             free(L.shadow.next)
             free(L.shadow.slots)
+            stack_free(&L.st, L.sets)
         free(self.e.levels)
         self.e.levels = NULL
 
@@ -990,7 +1117,9 @@ cdef class Engine:
         for i in range(self.e.n):
             L = &self.e.levels[i]
             nways_total = L.sets * L.ways
-            if arrays:  # fresh from calloc they are zero already
+            if L.stack:
+                stack_clear(&L.st, L.sets)
+            elif arrays:  # fresh from calloc they are zero already
                 memset(L.way, 0, nways_total * sizeof(way_t))
                 memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             L.clock = 0
@@ -1113,6 +1242,35 @@ cdef class Engine:
             levels.append(row)
         return {"levels": levels, "memory": <dict> self.e.mem, "accesses": self.e.accesses}
 
+    def stack_counts(self, int level):
+        """A capacity-sweep level's counts, numpy arrays over ways W = 0 .. depth: ``read``,
+        ``write``, ``full_write`` lookups by stack distance W (W = depth: deeper or never
+        seen), and ``writebacks`` at W ways so far (index 0 unused)."""
+        cdef level_t *L = self._test_level(level)
+        cdef uint64_t w, depth = L.st.depth
+        cdef int64_t total = 0
+        if not L.stack:
+            raise ValueError(f"level {level} is not in capacity-sweep mode")
+        read = np.array(<uint64_t[:depth + 1]> L.st.read_hist, dtype=np.uint64)
+        write = np.array(<uint64_t[:depth + 1]> L.st.write_hist, dtype=np.uint64)
+        full = np.array(<uint64_t[:depth + 1]> L.st.full_write_hist, dtype=np.uint64)
+        cdef int64_t[::1] diff = np.array(<int64_t[:depth + 2]> L.st.wb_diff, dtype=np.int64)
+        cdef uint64_t set, p, i, dirty
+        wb = np.zeros(depth + 1, dtype=np.uint64)
+        # The write-backs of evictions that already happened but are counted only when the
+        # line is next looked up or leaves its stack: dirty_from < W <= p for an entry at p.
+        for set in range(L.sets):
+            for p in range(L.st.count[set]):
+                i = set * depth + p
+                dirty = L.st.dirty_from[i]
+                if dirty < p:
+                    diff[dirty + 1] += 1
+                    diff[p + 1] -= 1
+        for w in range(1, depth + 1):
+            total += diff[w]
+            wb[w] = total
+        return {"read": read, "write": write, "full_write": full, "writebacks": wb}
+
     # ---- test hooks: reach state the public API does not show, and call the policy's
     # verbs one at a time (tests/test_policies.py)
     cdef level_t *_test_level(self, int level) except NULL:
@@ -1127,6 +1285,8 @@ cdef class Engine:
     def _test_victim(self, int level, uint64_t set):
         """The way the policy would evict from ``set`` now (random: draws from the generator)."""
         cdef level_t *L = self._test_level(level)
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
         if set >= L.sets:
             raise IndexError(f"no set {set}")
         return choose_victim(L, set)
@@ -1134,6 +1294,8 @@ cdef class Engine:
     def _test_touch(self, int level, uint64_t set, uint64_t way):
         """A hit on a valid way, as a lookup makes it (replacement state only)."""
         cdef level_t *L = self._test_level(level)
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
         if set >= L.sets or way >= L.ways or L.way[set * L.ways + way].sd == 0:
             raise IndexError(f"no valid way {way} in set {set}")
         L.mru_valid = 0
@@ -1143,6 +1305,8 @@ cdef class Engine:
         """One set's ways: ``[(line or None, dirty), ...]`` in way order."""
         cdef level_t *L = self._test_level(level)
         cdef uint64_t w, idx
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
         if set >= L.sets:
             raise IndexError(f"no set {set}")
         out = []

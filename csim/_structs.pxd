@@ -69,6 +69,23 @@ ctypedef struct way_t:
                                    #   invalid, for every policy. Stamps are distinct within a
                                    #   level, so comparing sd orders ways by stamp alone.
 
+# A level in capacity-sweep mode: its LRU stack (Mattson, Gecsei, Slutz and Traiger 1970).
+# Per set, the `depth` most recently used distinct lines, most recent first: a W-way LRU
+# set holds exactly the top W entries of its stack, so one pass counts the misses of every
+# associativity 1..depth. Stack distance d of a reference: its line's position before the
+# reference (d = depth: deeper, or never seen); it hits in every cache of more than d ways.
+# Write-backs: an entry is dirty in exactly the caches of more than dirty_from[i] ways;
+# the caches of dirty_from < W <= d evicted it dirty while it sank to d.
+ctypedef struct stack_t:
+    uint64_t depth                 # ways of the largest capacity swept
+    uint64_t *tag                  # sets*depth line numbers, set by set, most recent first
+    uint64_t *dirty_from           # ways, per entry (depth: clean in every cache swept)
+    uint64_t *count                # valid entries per set
+    uint64_t *read_hist            # depth+1 counts of reads by stack distance
+    uint64_t *write_hist           # depth+1, writes
+    uint64_t *full_write_hist      # depth+1, whole-line writes (a miss of one fetches nothing)
+    int64_t *wb_diff               # depth+2: write-backs per ways W, as differences (W >= 1)
+
 ctypedef struct level_t:
     uint64_t sets                  # sets
     uint64_t ways                  # lines per set
@@ -99,6 +116,8 @@ ctypedef struct level_t:
     bint classify                  # keep the 3C shadows
     lineset_t seen
     fa_lru_t shadow
+    bint stack                     # capacity-sweep mode: st replaces way; nothing goes below
+    stack_t st
     counters_t c
 
 ctypedef struct engine_t:

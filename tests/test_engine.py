@@ -472,7 +472,7 @@ def test_level_codes_come_from_the_extension():
     assert set(_csim.INCLUSION_CODES) == set(INCLUSIONS)
     assert len(set(_csim.POLICY_CODES.values())) == len(_csim.POLICY_CODES)
     good = {"name": "L1", "size": 256, "line": 64, "ways": 2, "policy": _csim.POLICY_CODES["lru"],
-            "write_through": False, "inclusion": _csim.INCLUSION_CODES["none"], "seed": 0}
+            "write_through": False, "inclusion": _csim.INCLUSION_CODES["none"], "seed": 0, "stack": False}
     _csim.Engine([good])
     with pytest.raises(ValueError, match="keys"):
         _csim.Engine([{**good, "extra": 1}])

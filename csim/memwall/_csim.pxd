@@ -4,7 +4,7 @@
 # *_init/_grow functions) or ERR_NOMEM in engine_t.err, raised by the caller holding
 # the GIL (Engine._check).
 from _types cimport addr_t, flag_t, index_t, size_t32
-from _structs cimport engine_t, fa_lru_t, level_t, lineset_t, nest_t
+from _structs cimport engine_t, fa_lru_t, level_t, lineset_t, nest_t, stack_t
 from libc.stdint cimport int64_t, uint64_t
 
 # ---- random and hashing
@@ -33,6 +33,14 @@ cdef void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, bint di
 cdef void invalidate(level_t *L, uint64_t idx) noexcept nogil                   # flat index
 cdef void classify_ref(level_t *L, uint64_t line, bint hit, bint allocate, int *err) noexcept nogil
 
+# ---- a level in capacity-sweep mode (stack_init: -1 out of memory)
+cdef int stack_init(stack_t *st, uint64_t sets, uint64_t depth) noexcept nogil
+cdef void stack_free(stack_t *st, uint64_t sets) noexcept nogil
+cdef void stack_clear(stack_t *st, uint64_t sets) noexcept nogil
+cdef void stack_writebacks(stack_t *st, uint64_t above, uint64_t upto) noexcept nogil
+cdef void stack_ref(level_t *L, uint64_t line, uint64_t nbytes, bint is_write) noexcept nogil
+cdef void stack_flush(level_t *L) noexcept nogil
+
 # ---- references through the hierarchy (level lv; lv == e.n is main memory)
 cdef void ref(engine_t *e, int lv, addr_t addr, uint64_t size, bint is_write) noexcept nogil
 cdef bint back_invalidate(engine_t *e, int j, addr_t addr, uint64_t nbytes) noexcept nogil
@@ -51,6 +59,7 @@ cdef void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_write) n
 cdef void flush_all(engine_t *e) noexcept nogil
 
 # ---- explicit arrays (replay_first_fast: replay_range when the first level is `fast`)
+cdef void prefetch_bytes(const void *p, uint64_t nbytes) noexcept nogil
 cdef void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil
 cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
                        index_t i0, index_t i1, index_t n, bint prefetch) noexcept nogil
