@@ -106,3 +106,37 @@ def test_sweep_refuses_unknown_level_and_bad_depth():
         CapacitySweep(levels, "L9", 4)
     with pytest.raises(InputError, match="max_ways"):
         CapacitySweep(levels, "L1", 0)
+
+
+def test_llc_capacity_figure_matches_a_replay_at_the_actual_capacity(tmp_path):
+    # The figure's data: one sweep per case; at the machine's own capacity it equals a
+    # replay of the same step (warm pass, then counted pass) through the machine's levels.
+    from memwall.experiments.figures import fig_llc_capacity, llc_capacity_table, save
+    from memwall.profiles import load_machine
+    from memwall.simulate import Case, build_case_step
+    from memwall.workloads.lowering import lower
+
+    table = llc_capacity_table((("sun-3-260", "nettalk"),), factor=2)
+    machine = load_machine("sun-3-260")
+    levels = list(machine.cache_levels)
+    assert [r["capacity"] for r in table] == [levels[-1].size // levels[-1].ways * k for k in (1, 2)]
+    step = build_case_step(Case(machine="sun-3-260", network="nettalk"))
+    lowered = [lower(k, machine.schedule, line_bytes=levels[0].line) for k in step.kernels]
+    h = Hierarchy(levels)
+    for low in lowered:
+        for nest in low.nests:
+            h.replay_nest(nest)
+    total = 0
+    for kernel, low in zip(step.kernels, lowered, strict=True):
+        before = h.counters().memory
+        for nest in low.nests:
+            h.replay_nest(nest)
+        m = h.counters().memory - before
+        total += (m.bytes_read + m.bytes_written) * kernel.repeat
+    actual = [r for r in table if r["actual"]]
+    assert len(actual) == 1 and actual[0]["memory_bytes"] == total > 0
+    paths = save(fig_llc_capacity(table), tmp_path, "llc_capacity")
+    assert all(p.stat().st_size > 0 for p in paths)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
