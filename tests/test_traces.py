@@ -6,6 +6,8 @@ import gzip
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memwall.engine import Hierarchy
 from memwall.errors import InputError
@@ -244,3 +246,32 @@ def test_npz_stored_compressed_foreign_byte_order_and_empty(tmp_path, trace, sav
     for g, want in zip(got, (addr, size, w), strict=True):
         assert np.array_equal(g, want)
     assert len(chunks) == -(-len(addr) // 700)
+
+
+din_token = st.sampled_from(["0", "1", "2", "3", "r", "w", "10", "0x1f", "0X", "ff", "-4", "+4", "1_0", "00",
+                             "ffffffffffffffff", "10000000000000000", "4294967295", "4294967296", "\t", " ",
+                             "\x0c", "z", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(din_token, max_size=5), fmt=st.sampled_from(["din", "xdin"]),
+       sep=st.sampled_from([" ", "\t", "  ", " \t"]), crlf=st.booleans())
+def test_scanner_agrees_with_the_python_parser_or_refuses(tmp_path_factory, tokens, fmt, sep, crlf):
+    # Any line the C scanner reads gives the values the Python parser gives; any line it
+    # refuses raises InputError naming the file and line 2, never another exception.
+    from memwall.traces import _check_ref, _parse_line
+
+    line = sep.join(tokens)
+    path = tmp_path_factory.mktemp("fuzz") / f"f.{fmt}"
+    good = "0 10 4" if fmt == "din" else "r 10 4"
+    path.write_bytes(f"{good}\n{line}{chr(13) if crlf else ''}\n".encode("latin-1"))
+    try:
+        chunks = list(read_trace(path))
+    except InputError as err:
+        assert str(err).startswith(f"{path}:2: "), str(err)
+        return
+    got = [(int(a), int(s), int(w)) for c in chunks for a, s, w in zip(*c, strict=True)][1:]
+    want = _parse_line(line, fmt, str(path), 2, 4)
+    for addr, size, _ in want:
+        _check_ref(addr, size, str(path), 2)
+    assert got == want
