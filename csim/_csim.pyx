@@ -857,15 +857,19 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 w = ways + (line & set_mask if pow2 else line % sets) * nways
                 best = 0
                 oldest = w[0].sd
-                for k in range(nways):
-                    sd = w[k].sd
-                    if w[k].tag == line and sd != 0:
-                        break
-                    if sd < oldest:
-                        oldest = sd
-                        best = k
+                if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
+                    sd = oldest
+                    k = 0 if w[0].tag == line and sd != 0 else 1
                 else:
-                    k = nways
+                    for k in range(nways):
+                        sd = w[k].sd
+                        if w[k].tag == line and sd != 0:
+                            break
+                        if sd < oldest:
+                            oldest = sd
+                            best = k
+                    else:
+                        k = nways
                 if k < nways:  # hit
                     if lru:
                         clock += 2
