@@ -139,17 +139,29 @@ def test_three_levels_match_reference(policy, inclusion):
 
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
 @pytest.mark.parametrize("l1_sets", [8, 6])
-def test_plain_first_level_loop_matches_reference(policy, l1_sets):
+@pytest.mark.parametrize("l1_ways", [4, 1])
+def test_plain_first_level_loop_matches_reference(policy, l1_sets, l1_ways):
     # Without 3C a plain LRU/FIFO write-back first level runs in its own loop (its state in
     # locals), and a 1 MiB level below it is prefetched: 10,000 accesses cross the loop's
     # 4096-access chunks; whole-line writes, straddles and dirty victims all occur.
     rng = np.random.default_rng(21)
-    levels = [lv("L1", l1_sets * 4 * 64, 64, 4, policy=policy), lv("L2", 1 << 20, 64, 16, policy=policy)]
+    levels = [lv("L1", l1_sets * l1_ways * 64, 64, l1_ways, policy=policy), lv("L2", 1 << 20, 64, 16, policy=policy)]
     addr, size, w = random_trace(rng, 10_000, 1 << 15, max_size=130, write_frac=0.4)
     size[rng.random(10_000) < 0.2] = 64
     addr[size == 64] &= ~np.uint64(63)
     assert_same(*run_both(levels, addr, size, w, classify=False))
     assert_same(*run_both(levels, addr, size, w, classify=False, flush=False))
+
+
+@pytest.mark.parametrize("ways", [1, 2, 4])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_line_zero_misses_in_an_empty_set(ways, policy):
+    # An invalid way's tag is 0, itself a line number: line 0 must still miss there.
+    levels = [lv("L1", 4 * ways * 64, 64, ways, policy=policy), lv("L2", 8 * 64, 64, 8)]
+    for classify in (False, True):
+        ref, got = run_both(levels, [0, 0, 8], [8, 8, 8], [0, 1, 0], classify=classify)
+        assert got.levels[0].read_misses == 1 and got.levels[1].read_misses == 1
+        assert_same(ref, got)
 
 
 def test_inclusive_back_invalidates_dirty_line_once():
