@@ -29,6 +29,14 @@ extensions = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],
     ),
+    # Text traces (din, xdin) scanned in C, many lines per call.
+    Extension(
+        "memwall._textparse",
+        sources=["csim/_textparse.pyx"],
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],
+    ),
     # The host probe (memwall machines detect): timed loops, so always optimised.
     Extension(
         "memwall._probe",

@@ -3,7 +3,8 @@
 
 Owns the C state of a hierarchy (per level: one flat array of 16-byte ways, each its tag
 and its stamp with the dirty bit, tree-PLRU bits, a seeded generator, the 3C shadows)
-and the three hot loops: explicit arrays, affine loop nests expanded in place, and the end-of-run flush.
+and the hot loops: explicit arrays (with the first level held in locals when it is a plain
+LRU/FIFO write-back level), affine loop nests expanded in place, and the end-of-run flush.
 The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
 tests/reference_model.py, which is the oracle these loops are tested against.
 
@@ -23,9 +24,67 @@ import numpy as np
 
 ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 
-cdef extern from "xmmintrin.h":
-    void _mm_prefetch(const char *p, int hint) nogil
-    int _MM_HINT_T0
+# The enum codes, exported once: memwall.engine translates a LevelSpec's words with these.
+POLICY_CODES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "random": POLICY_RANDOM, "plru": POLICY_PLRU}
+INCLUSION_CODES = {"none": INCL_NONE, "inclusive": INCL_INCLUSIVE, "exclusive": INCL_EXCLUSIVE}
+# The keys of one level handed to Engine (every one required, no other accepted).
+LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed", "stack")
+# ("stack": True for the one level of a capacity sweep, the last; its ways are the largest swept)
+
+cdef extern from *:
+    """
+    /* A prefetch hint the compiler keeps: a helper made of __builtin_prefetch alone looks
+       side-effect free to gcc's inter-procedural analysis, which then deletes its calls;
+       a volatile asm statement is never deleted. */
+    static inline void memwall_prefetch(const void *p) {
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)p));
+    #elif defined(__GNUC__)
+        __asm__ __volatile__("" : : "r"(p));
+        __builtin_prefetch(p, 0, 3);
+    #endif
+    }
+    """
+    void memwall_prefetch(const void *p) nogil
+
+cdef extern from *:
+    """
+    /* Zeroed memory for a level's ways. Levels of 2 MiB or more are mapped in huge pages
+       where Linux offers them (transparent huge pages on request: MADV_HUGEPAGE): a 32 MiB
+       level's 8 MiB of ways then costs 4 page faults instead of 2048, and its random
+       lookups miss the host's TLB far less. Release with memwall_free_ways(p, bytes). */
+    #include <stdlib.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    #define MEMWALL_HUGE ((size_t)2 << 20)
+    static void *memwall_alloc_ways(size_t bytes) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (bytes >= MEMWALL_HUGE) {
+            size_t len = (bytes + MEMWALL_HUGE - 1) & ~(MEMWALL_HUGE - 1);
+            void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return NULL;
+            madvise(p, len, MADV_HUGEPAGE); /* a hint: refused, the pages are small */
+            return p;
+        }
+    #endif
+        return calloc(1, bytes ? bytes : 1);
+    }
+    static void memwall_free_ways(void *p, size_t bytes) {
+        if (p == NULL)
+            return;
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (bytes >= MEMWALL_HUGE) {
+            munmap(p, (bytes + MEMWALL_HUGE - 1) & ~(MEMWALL_HUGE - 1));
+            return;
+        }
+    #endif
+        free(p);
+    }
+    """
+    void *memwall_alloc_ways(size_t bytes) nogil
+    void memwall_free_ways(void *p, size_t bytes) nogil
 
 cdef enum:
     PREFETCH_AHEAD = 16                                 # accesses
@@ -301,6 +360,109 @@ cdef inline void classify_ref(level_t *L, uint64_t line, bint hit, bint allocate
             L.c.conflict += 1
 
 
+# ------------------------------------------- one level in capacity-sweep mode: an LRU stack
+cdef int stack_init(stack_t *st, uint64_t sets, uint64_t depth) noexcept nogil:
+    st.depth = depth
+    if sets * depth > (<uint64_t> -1) // sizeof(uint64_t):
+        return -1
+    st.tag = <uint64_t *> memwall_alloc_ways(sets * depth * sizeof(uint64_t))  # (huge pages when large)
+    st.dirty_from = <uint64_t *> memwall_alloc_ways(sets * depth * sizeof(uint64_t))
+    st.count = <uint64_t *> calloc(sets, sizeof(uint64_t))
+    st.read_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.write_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.full_write_hist = <uint64_t *> calloc(depth + 1, sizeof(uint64_t))
+    st.wb_diff = <int64_t *> calloc(depth + 2, sizeof(int64_t))
+    if (st.tag == NULL or st.dirty_from == NULL or st.count == NULL or st.read_hist == NULL
+            or st.write_hist == NULL or st.full_write_hist == NULL or st.wb_diff == NULL):
+        return -1
+    return 0
+
+
+cdef void stack_free(stack_t *st, uint64_t sets) noexcept nogil:
+    memwall_free_ways(st.tag, sets * st.depth * sizeof(uint64_t))
+    memwall_free_ways(st.dirty_from, sets * st.depth * sizeof(uint64_t))
+    free(st.count)
+    free(st.read_hist)
+    free(st.write_hist)
+    free(st.full_write_hist)
+    free(st.wb_diff)
+
+
+cdef void stack_clear(stack_t *st, uint64_t sets) noexcept nogil:
+    memset(st.count, 0, sets * sizeof(uint64_t))
+    memset(st.read_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.write_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.full_write_hist, 0, (st.depth + 1) * sizeof(uint64_t))
+    memset(st.wb_diff, 0, (st.depth + 2) * sizeof(int64_t))
+
+
+cdef inline void stack_writebacks(stack_t *st, uint64_t above, uint64_t upto) noexcept nogil:
+    """One write-back in every cache of W ways, above < W <= upto."""
+    if upto > above:
+        st.wb_diff[above + 1] += 1
+        st.wb_diff[upto + 1] -= 1
+
+
+cdef void stack_ref(level_t *L, uint64_t line, uint64_t nbytes, bint is_write) noexcept nogil:
+    """One lookup at a level in capacity-sweep mode: its stack distance, counted; the
+    line moves to the top of its set's stack (write-back, write-allocate, LRU)."""
+    cdef stack_t *st = &L.st
+    cdef uint64_t set = set_of(L, line), depth = st.depth
+    cdef uint64_t *tags = st.tag + set * depth
+    cdef uint64_t *dirty_from = st.dirty_from + set * depth
+    cdef uint64_t n = st.count[set], d, moved, dirty
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    for d in range(n):
+        if tags[d] == line:
+            break
+    else:
+        d = n  # not among the depth most recent lines of its set
+    if d < n:
+        dirty = dirty_from[d]
+        stack_writebacks(st, dirty, d)  # it sank to d: evicted from the caches of <= d ways
+        if dirty < d:
+            dirty = d
+        moved = d
+    else:
+        d = depth
+        if n == depth:  # the deepest line leaves every cache swept
+            stack_writebacks(st, dirty_from[depth - 1], depth)
+            moved = depth - 1
+        else:
+            st.count[set] = n + 1
+            moved = n
+        dirty = depth
+    while moved:  # (a loop: the moves are short, and a call costs more than most)
+        tags[moved] = tags[moved - 1]
+        dirty_from[moved] = dirty_from[moved - 1]
+        moved -= 1
+    tags[0] = line
+    dirty_from[0] = 0 if is_write else dirty
+    if is_write:
+        st.write_hist[d] += 1
+        if nbytes == L.line_bytes:
+            st.full_write_hist[d] += 1
+    else:
+        st.read_hist[d] += 1
+
+
+cdef void stack_flush(level_t *L) noexcept nogil:
+    """The end-of-run flush of every cache swept. An entry at stack position p, dirty above
+    dirty_from ways, was evicted dirty from the caches of dirty_from < W <= p ways (not yet
+    counted: it would be when it is next looked up or leaves the stack) and is flushed dirty
+    from those of more than both: together, one write-back in each cache above dirty_from."""
+    cdef stack_t *st = &L.st
+    cdef uint64_t set, p, i
+    for set in range(L.sets):
+        for p in range(st.count[set]):
+            i = set * st.depth + p
+            stack_writebacks(st, st.dirty_from[i], st.depth)
+            st.dirty_from[i] = st.depth
+
+
 # ------------------------------------------------------------ references and levels
 cdef void ref(engine_t *e, int lv, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
     """A reference of ``size`` bytes at level ``lv`` (main memory when lv == n)."""
@@ -562,6 +724,8 @@ cdef inline void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t 
     """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
     if e.levels[lv].fast:
         line_ref_fast(e, lv, line, nbytes, is_write)
+    elif e.levels[lv].stack:
+        stack_ref(&e.levels[lv], line, nbytes, is_write)
     else:
         line_ref_general(e, lv, line, lo, nbytes, is_write)
 
@@ -605,12 +769,158 @@ cdef inline void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_w
         line += 1
 
 
+# ------------------------------------------------------------------ explicit arrays
+cdef inline void prefetch_bytes(const void *p, uint64_t nbytes) noexcept nogil:
+    cdef uint64_t off
+    for off in range(0, nbytes, 64):
+        memwall_prefetch(<const char *> p + off)
+
+
+cdef inline void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil:
+    """Hint the host to fetch the sets ``addr`` maps to in the levels marked ``prefetch``."""
+    cdef int lv
+    cdef uint64_t set
+    cdef level_t *B
+    for lv in range(1, e.n):
+        B = &e.levels[lv]
+        if B.prefetch:
+            set = set_of(B, addr >> B.line_shift)
+            if B.stack:
+                prefetch_bytes(B.st.tag + set * B.st.depth, B.st.depth * sizeof(uint64_t))
+                prefetch_bytes(B.st.dirty_from + set * B.st.depth, B.st.depth * sizeof(uint64_t))
+            else:
+                prefetch_bytes(B.way + set * B.ways, B.ways * sizeof(way_t))
+
+
+cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
+                       index_t i0, index_t i1, index_t n, bint prefetch) noexcept nogil:
+    """Accesses i0 .. i1-1 of n (e.n > 0); ``prefetch``: hint the deep levels' sets
+    PREFETCH_AHEAD accesses ahead, once per change of first-level line."""
+    cdef index_t i
+    cdef int shift0 = e.levels[0].line_shift
+    cdef uint64_t line, last_pf = 0
+    if e.levels[0].fast:
+        replay_first_fast(e, addr, size, is_write, i0, i1, n, prefetch)
+        return
+    for i in range(i0, i1):
+        if prefetch and i + PREFETCH_AHEAD < n:
+            line = addr[i + PREFETCH_AHEAD] >> shift0
+            if line != last_pf:
+                last_pf = line
+                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        access(e, addr[i], size[i], is_write[i] != 0)
+
+
+cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *size,
+                            const flag_t *is_write, index_t i0, index_t i1, index_t n,
+                            bint prefetch) noexcept nogil:
+    """replay_range when the first level is ``fast`` (LRU or FIFO, write-back, nothing below
+    touches its ways): that level's clock, counters and most recent line live in locals for
+    the whole range, so a hit costs a set scan and no stores but the way's stamp. It is
+    line_ref_fast and access_lines written out for level 0; the levels below are reached
+    through next_line_ref as usual."""
+    cdef level_t *L = &e.levels[0]
+    cdef way_t *ways = L.way
+    cdef way_t *w
+    cdef uint64_t nways = L.ways, set_mask = L.set_mask, sets = L.sets, lb = L.line_bytes
+    cdef int shift = L.line_shift
+    cdef bint lru = L.policy == POLICY_LRU, pow2 = L.sets_pow2
+    cdef uint64_t clock = L.clock
+    cdef uint64_t reads = 0, writes = 0, read_misses = 0, write_misses = 0
+    cdef uint64_t writebacks = 0, bytes_in = 0
+    cdef bint mru_valid = L.mru_valid
+    cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
+    cdef uint64_t a, end, line, last, sd, oldest, best, k, last_pf = 0
+    cdef bint wr
+    cdef index_t i
+    for i in range(i0, i1):
+        if prefetch and i + PREFETCH_AHEAD < n:
+            line = addr[i + PREFETCH_AHEAD] >> shift
+            if line != last_pf:
+                last_pf = line
+                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        a = addr[i]
+        wr = is_write[i] != 0
+        end = a + (size[i] - 1)
+        line = a >> shift
+        last = end >> shift
+        while True:
+            if wr:
+                writes += 1
+            else:
+                reads += 1
+            if mru_valid and line == mru_line:
+                # The most recent line again: no replacement state changes (LRU: it is the
+                # most recent already), only the dirty bit.
+                ways[mru_idx].sd |= <uint64_t> wr
+            else:
+                w = ways + (line & set_mask if pow2 else line % sets) * nways
+                best = 0
+                oldest = w[0].sd
+                if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
+                    sd = oldest
+                    k = 0 if w[0].tag == line and sd != 0 else 1
+                else:
+                    for k in range(nways):
+                        sd = w[k].sd
+                        if w[k].tag == line and sd != 0:
+                            break
+                        if sd < oldest:
+                            oldest = sd
+                            best = k
+                    else:
+                        k = nways
+                if k < nways:  # hit
+                    if lru:
+                        clock += 2
+                        w[k].sd = clock | (sd & 1) | <uint64_t> wr
+                    elif wr:
+                        w[k].sd = sd | 1
+                else:
+                    if wr:
+                        write_misses += 1
+                    else:
+                        read_misses += 1
+                    # A write covering the whole line allocates without a fetch.
+                    if not (wr and a <= (line << shift) and end >= (line << shift) + (lb - 1)):
+                        bytes_in += lb
+                        next_line_ref(e, 0, line, 0)
+                    if oldest & 1:  # the victim is valid and dirty: write it back, after the fetch
+                        writebacks += 1
+                        next_line_ref(e, 0, w[best].tag, 1)
+                    w[best].tag = line
+                    clock += 2
+                    w[best].sd = clock | <uint64_t> wr
+                    k = best
+                mru_valid = 1
+                mru_line = line
+                mru_idx = <uint64_t> (w - ways) + k
+            if line == last:
+                break
+            line += 1
+    L.clock = clock
+    L.mru_valid = mru_valid
+    L.mru_line = mru_line
+    L.mru_idx = mru_idx
+    L.c.reads += reads
+    L.c.writes += writes
+    L.c.read_misses += read_misses
+    L.c.write_misses += write_misses
+    L.c.writebacks += writebacks
+    L.c.bytes_in += bytes_in
+    L.c.bytes_out += writebacks * lb
+    e.accesses += <uint64_t> (i1 - i0)
+
+
 cdef void flush_all(engine_t *e) noexcept nogil:
     cdef int lv
     cdef uint64_t idx
     cdef level_t *L
     for lv in range(e.n):
         L = &e.levels[lv]
+        if L.stack:
+            stack_flush(L)
+            continue
         for idx in range(L.sets * L.ways):  # set order, then way order
             if L.way[idx].sd & 1:  # (only a valid way is dirty)
                 L.way[idx].sd &= ~1ULL
@@ -620,21 +930,6 @@ cdef void flush_all(engine_t *e) noexcept nogil:
 
 
 # ------------------------------------------------------------------- loop nests
-ctypedef struct nest_t:
-    int n_loops
-    const int64_t *counts          # iterations per loop, outermost first
-    const uint32_t *size           # bytes per access
-    const uint8_t *is_write        # per access
-    const uint32_t *rows           # demand accesses per issue (a block of rows), >= 1
-    const int64_t *row_stride      # bytes between the rows of a block
-    const int64_t *strides         # bytes, n_access x stride_cols
-    int64_t stride_cols
-    uint64_t *cur                  # current address of each access (wrapping arithmetic)
-    const int64_t *issue           # access ids grouped: before[d] then after[d], d = 0..n_loops
-    const int64_t *issue_start     # issue[issue_start[2d] : issue_start[2d+1]] = before at depth d,
-                                   # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
-    const int64_t *inner           # access ids with depth > d, for each loop d
-    const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]
 
 
 cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
@@ -729,13 +1024,10 @@ cdef int log2_exact(uint64_t x) noexcept nogil:
 cdef class Engine:
     """The C state of one hierarchy. Every malloc here is freed in __dealloc__.
 
-    ``levels``: a list of ``(name, size, line, ways, policy, write_through, inclusion,
-    seed)`` with policy 0..3 (lru, fifo, random, plru) and inclusion 0..2 (none,
-    inclusive, exclusive), already validated by memwall.engine.
+    ``levels``: a list of mappings with exactly the keys of ``LEVEL_KEYS`` (``policy`` a
+    value of ``POLICY_CODES``, ``inclusion`` one of ``INCLUSION_CODES``, sizes in bytes),
+    already validated by memwall.engine. (Attributes: _csim.pxd.)
     """
-
-    cdef engine_t e
-    cdef object names              # list[str], one per level
 
     def __cinit__(self, list levels, bint classify=False):
         cdef int i, j, n = len(levels)
@@ -749,25 +1041,41 @@ cdef class Engine:
                 raise MemoryError("cannot allocate the cache levels")
         self.e.n = n
         for i in range(n):
-            name, size, line, ways, policy, write_through, inclusion, seed = levels[i]
-            self.names.append(str(name))
+            spec = levels[i]
+            if sorted(spec) != sorted(LEVEL_KEYS):
+                raise ValueError(f"level {i}: keys {sorted(spec)}, expected {sorted(LEVEL_KEYS)}")
+            if spec["policy"] not in POLICY_CODES.values() or spec["inclusion"] not in INCLUSION_CODES.values():
+                raise ValueError(f"level {i}: unknown policy or inclusion code")
+            name = str(spec["name"])
+            self.names.append(name)
             L = &self.e.levels[i]
-            L.line_bytes = line
-            L.ways = ways
-            L.sets = size // (ways * line)
-            L.line_shift = log2_exact(line)
+            L.line_bytes = spec["line"]
+            L.ways = spec["ways"]
+            L.sets = spec["size"] // (L.ways * L.line_bytes)
+            L.line_shift = log2_exact(L.line_bytes)
             L.sets_pow2 = (L.sets & (L.sets - 1)) == 0
             L.set_mask = L.sets - 1
-            L.policy = policy
-            L.write_through = write_through
-            L.inclusion = inclusion
-            L.seed = seed
+            L.policy = spec["policy"]
+            L.write_through = spec["write_through"]
+            L.inclusion = spec["inclusion"]
+            L.seed = spec["seed"]
             L.classify = classify
             nways_total = L.sets * L.ways
+            if spec["stack"]:
+                if (i != n - 1 or L.policy != POLICY_LRU or L.write_through or L.inclusion != INCL_NONE
+                        or classify):
+                    raise ValueError(f"level {i}: a capacity-sweep level is the last, LRU, write-back, "
+                                     "without inclusion or 3C")
+                L.stack = 1
+                if stack_init(&L.st, L.sets, L.ways) != 0:
+                    raise MemoryError(f"cannot allocate the stacks of level {name!r}")
+                continue
             nbits = L.sets * (L.ways - 1) if L.ways > 1 else 1
-            # calloc: an empty level is all zeros, and the OS hands out zero pages lazily,
+            # Zeroed pages: an empty level is all zeros, and the OS hands them out lazily,
             # so a 32 MiB level costs nothing until its sets are used.
-            L.way = <way_t *> calloc(nways_total, sizeof(way_t))
+            if nways_total > (<uint64_t> -1) // sizeof(way_t):
+                raise MemoryError(f"cannot allocate level {name!r}")
+            L.way = <way_t *> memwall_alloc_ways(nways_total * sizeof(way_t))
             L.plru = <uint8_t *> calloc(nbits, 1)
             if L.way == NULL or L.plru == NULL:
                 raise MemoryError(f"cannot allocate level {name!r}")
@@ -782,8 +1090,8 @@ cdef class Engine:
             for j in range(i + 1, n):
                 if self.e.levels[j].inclusion == INCL_INCLUSIVE:
                     L.inclusive_below = 1
-            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES
-            L.fast = ((L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
+            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES  # (a stack: as many bytes)
+            L.fast = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
         self._clear(False)
@@ -795,13 +1103,14 @@ cdef class Engine:
             return
         for i in range(self.e.n):
             L = &self.e.levels[i]
-            free(L.way)
+            memwall_free_ways(L.way, L.sets * L.ways * sizeof(way_t))
             free(L.plru)
             free(L.seen.keys)
             free(L.shadow.key)
             free(L.shadow.prev)
             free(L.shadow.next)
             free(L.shadow.slots)
+            stack_free(&L.st, L.sets)
         free(self.e.levels)
         self.e.levels = NULL
 
@@ -812,7 +1121,9 @@ cdef class Engine:
         for i in range(self.e.n):
             L = &self.e.levels[i]
             nways_total = L.sets * L.ways
-            if arrays:  # fresh from calloc they are zero already
+            if L.stack:
+                stack_clear(&L.st, L.sets)
+            elif arrays:  # fresh from calloc they are zero already
                 memset(L.way, 0, nways_total * sizeof(way_t))
                 memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             L.clock = 0
@@ -860,49 +1171,30 @@ cdef class Engine:
         if size.shape[0] != n or is_write.shape[0] != n:
             raise ValueError("addr, size and is_write must have the same length")
         cdef bint pf = 0
-        cdef int lv, shift0
-        cdef uint64_t line, last_pf = 0, off, misses0, misses_prev = PREFETCH_CHUNK
+        cdef int lv
+        cdef uint64_t misses0, misses_prev = PREFETCH_CHUNK
         cdef Py_ssize_t i_end
-        cdef level_t *L
-        cdef level_t *B
-        cdef const char *p
+        cdef level_t *L = &self.e.levels[0]
+        if n == 0:
+            return
         for lv in range(self.e.n):
             pf |= self.e.levels[lv].prefetch
         with nogil:
-            if pf:
-                # Prefetch the deep levels' sets PREFETCH_AHEAD accesses ahead, once per
-                # change of first-level line, in the chunks of PREFETCH_CHUNK accesses that
-                # follow a chunk where the first level missed often (elsewhere the hints
-                # cost more than they save).
-                shift0 = self.e.levels[0].line_shift
-                L = &self.e.levels[0]
+            if self.e.n == 0:
+                for i in range(n):
+                    access(&self.e, addr[i], size[i], is_write[i] != 0)
+            else:
+                # In chunks of PREFETCH_CHUNK accesses: the deep levels' sets are prefetched
+                # in a chunk that follows one where the first level missed often (elsewhere
+                # the hints cost more than they save).
                 i = 0
                 while i < n:
                     i_end = i + PREFETCH_CHUNK if n - i > PREFETCH_CHUNK else n
                     misses0 = L.c.read_misses + L.c.write_misses
-                    if misses_prev * PREFETCH_MISS_RATIO >= PREFETCH_CHUNK:
-                        for i in range(i, i_end):
-                            if i + PREFETCH_AHEAD < n:
-                                line = addr[i + PREFETCH_AHEAD] >> shift0
-                                if line != last_pf:
-                                    # (written out here: a helper made of prefetches alone
-                                    # looks side-effect free to gcc, which drops its calls)
-                                    last_pf = line
-                                    for lv in range(1, self.e.n):
-                                        B = &self.e.levels[lv]
-                                        if B.prefetch:
-                                            p = <const char *> (B.way + set_of(B, addr[i + PREFETCH_AHEAD] >> B.line_shift) * B.ways)
-                                            for off in range(0, B.ways * sizeof(way_t), 64):
-                                                _mm_prefetch(p + off, _MM_HINT_T0)
-                            access(&self.e, addr[i], size[i], is_write[i] != 0)
-                    else:
-                        for i in range(i, i_end):
-                            access(&self.e, addr[i], size[i], is_write[i] != 0)
+                    replay_range(&self.e, &addr[0], &size[0], &is_write[0], i, i_end, n,
+                                 pf and misses_prev * PREFETCH_MISS_RATIO >= PREFETCH_CHUNK)
                     misses_prev = L.c.read_misses + L.c.write_misses - misses0
                     i = i_end
-            else:
-                for i in range(n):
-                    access(&self.e, addr[i], size[i], is_write[i] != 0)
         self._check()
 
     def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,
@@ -943,27 +1235,84 @@ cdef class Engine:
         self._check()
 
     def counters(self):
-        """``(levels, memory, accesses)``: per level a tuple in counters_t order."""
+        """``{"levels": [{"name": ..., <counters_t field>: value, ...}], "memory": {<memory_t
+        field>: value}, "accesses": n}``: Cython converts each struct to a dict keyed by
+        its field names, so the fields' order in _structs.pxd cannot matter."""
         cdef int i
-        cdef counters_t c
-        out = []
+        levels = []
         for i in range(self.e.n):
-            c = self.e.levels[i].c
-            out.append((self.names[i], c.reads, c.writes, c.read_misses, c.write_misses,
-                        c.compulsory, c.capacity, c.conflict, c.writebacks, c.bytes_in,
-                        c.bytes_out, c.back_invalidations))
-        m = self.e.mem
-        return out, (m.reads, m.writes, m.bytes_read, m.bytes_written), self.e.accesses
+            row = {"name": self.names[i]}
+            row.update(<dict> self.e.levels[i].c)
+            levels.append(row)
+        return {"levels": levels, "memory": <dict> self.e.mem, "accesses": self.e.accesses}
 
-    # ---- test hooks: reach state the public API does not show
+    def stack_counts(self, int level):
+        """A capacity-sweep level's counts, numpy arrays over ways W = 0 .. depth: ``read``,
+        ``write``, ``full_write`` lookups by stack distance W (W = depth: deeper or never
+        seen), and ``writebacks`` at W ways so far (index 0 unused)."""
+        cdef level_t *L = self._test_level(level)
+        cdef uint64_t w, depth = L.st.depth
+        cdef int64_t total = 0
+        if not L.stack:
+            raise ValueError(f"level {level} is not in capacity-sweep mode")
+        read = np.array(<uint64_t[:depth + 1]> L.st.read_hist, dtype=np.uint64)
+        write = np.array(<uint64_t[:depth + 1]> L.st.write_hist, dtype=np.uint64)
+        full = np.array(<uint64_t[:depth + 1]> L.st.full_write_hist, dtype=np.uint64)
+        cdef int64_t[::1] diff = np.array(<int64_t[:depth + 2]> L.st.wb_diff, dtype=np.int64)
+        cdef uint64_t set, p, i, dirty
+        wb = np.zeros(depth + 1, dtype=np.uint64)
+        # The write-backs of evictions that already happened but are counted only when the
+        # line is next looked up or leaves its stack: dirty_from < W <= p for an entry at p.
+        for set in range(L.sets):
+            for p in range(L.st.count[set]):
+                i = set * depth + p
+                dirty = L.st.dirty_from[i]
+                if dirty < p:
+                    diff[dirty + 1] += 1
+                    diff[p + 1] -= 1
+        for w in range(1, depth + 1):
+            total += diff[w]
+            wb[w] = total
+        return {"read": read, "write": write, "full_write": full, "writebacks": wb}
+
+    # ---- test hooks: reach state the public API does not show, and call the policy's
+    # verbs one at a time (tests/test_policies.py)
+    cdef level_t *_test_level(self, int level) except NULL:
+        if not 0 <= level < self.e.n:
+            raise IndexError(f"no level {level}")
+        return &self.e.levels[level]
+
     def _test_set_index(self, int level, uint64_t addr):
-        cdef level_t *L = &self.e.levels[level]
+        cdef level_t *L = self._test_level(level)
         return set_of(L, addr >> L.line_shift)
+
+    def _test_victim(self, int level, uint64_t set):
+        """The way the policy would evict from ``set`` now (random: draws from the generator)."""
+        cdef level_t *L = self._test_level(level)
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
+        return choose_victim(L, set)
+
+    def _test_touch(self, int level, uint64_t set, uint64_t way):
+        """A hit on a valid way, as a lookup makes it (replacement state only)."""
+        cdef level_t *L = self._test_level(level)
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
+        if set >= L.sets or way >= L.ways or L.way[set * L.ways + way].sd == 0:
+            raise IndexError(f"no valid way {way} in set {set}")
+        L.mru_valid = 0
+        touch(L, set, way)
 
     def _test_set_snapshot(self, int level, uint64_t set):
         """One set's ways: ``[(line or None, dirty), ...]`` in way order."""
-        cdef level_t *L = &self.e.levels[level]
+        cdef level_t *L = self._test_level(level)
         cdef uint64_t w, idx
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w

@@ -1,9 +1,7 @@
 # The engine's state, declared once: enums and structs with units and invariants.
-# (The Engine class and the cdef functions, all `noexcept nogil`, are in _csim.pyx:
-# they cannot fail, and the one failure they can meet, out of memory in a 3C shadow,
-# is reported through engine_t.err and raised by the caller holding the GIL.)
+# The functions over them and the Engine class are declared in _csim.pxd.
 from _types cimport addr_t, flag_t, index_t, size_t32
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cdef enum Policy:
     POLICY_LRU = 0
@@ -71,6 +69,23 @@ ctypedef struct way_t:
                                    #   invalid, for every policy. Stamps are distinct within a
                                    #   level, so comparing sd orders ways by stamp alone.
 
+# A level in capacity-sweep mode: its LRU stack (Mattson, Gecsei, Slutz and Traiger 1970).
+# Per set, the `depth` most recently used distinct lines, most recent first: a W-way LRU
+# set holds exactly the top W entries of its stack, so one pass counts the misses of every
+# associativity 1..depth. Stack distance d of a reference: its line's position before the
+# reference (d = depth: deeper, or never seen); it hits in every cache of more than d ways.
+# Write-backs: an entry is dirty in exactly the caches of more than dirty_from[i] ways;
+# the caches of dirty_from < W <= d evicted it dirty while it sank to d.
+ctypedef struct stack_t:
+    uint64_t depth                 # ways of the largest capacity swept
+    uint64_t *tag                  # sets*depth line numbers, set by set, most recent first
+    uint64_t *dirty_from           # ways, per entry (depth: clean in every cache swept)
+    uint64_t *count                # valid entries per set
+    uint64_t *read_hist            # depth+1 counts of reads by stack distance
+    uint64_t *write_hist           # depth+1, writes
+    uint64_t *full_write_hist      # depth+1, whole-line writes (a miss of one fetches nothing)
+    int64_t *wb_diff               # depth+2: write-backs per ways W, as differences (W >= 1)
+
 ctypedef struct level_t:
     uint64_t sets                  # sets
     uint64_t ways                  # lines per set
@@ -101,6 +116,8 @@ ctypedef struct level_t:
     bint classify                  # keep the 3C shadows
     lineset_t seen
     fa_lru_t shadow
+    bint stack                     # capacity-sweep mode: st replaces way; nothing goes below
+    stack_t st
     counters_t c
 
 ctypedef struct engine_t:
@@ -109,3 +126,20 @@ ctypedef struct engine_t:
     memory_t mem
     uint64_t accesses              # demand accesses replayed
     int err                        # Error, set by nogil code, raised by the caller
+
+# A loop nest as replay_nest walks it (built by memwall.engine._nest_program).
+ctypedef struct nest_t:
+    int n_loops
+    const int64_t *counts          # iterations per loop, outermost first
+    const uint32_t *size           # bytes per access
+    const uint8_t *is_write        # per access
+    const uint32_t *rows           # demand accesses per issue (a block of rows), >= 1
+    const int64_t *row_stride      # bytes between the rows of a block
+    const int64_t *strides         # bytes, n_access x stride_cols
+    int64_t stride_cols
+    uint64_t *cur                  # current address of each access (wrapping arithmetic)
+    const int64_t *issue           # access ids grouped: before[d] then after[d], d = 0..n_loops
+    const int64_t *issue_start     # issue[issue_start[2d] : issue_start[2d+1]] = before at depth d,
+                                   # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
+    const int64_t *inner           # access ids with depth > d, for each loop d
+    const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]

@@ -6,6 +6,8 @@ import gzip
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memwall.engine import Hierarchy
 from memwall.errors import InputError
@@ -119,3 +121,157 @@ def test_format_guess_and_missing_file(tmp_path):
     (tmp_path / "bin.din").write_bytes(b"\x00\xff\xfe")
     with pytest.raises(InputError, match="not a text trace"):
         list(read_trace(tmp_path / "bin.din"))
+
+
+# ------------------------------------------------------------ the C scanner and streaming
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 22])
+@pytest.mark.parametrize("name", ["t.din", "t.xdin", "t.din.gz"])
+def test_block_size_agnosticism(tmp_path, trace, monkeypatch, name, block):
+    # Lines cut anywhere by the scanner's blocks read the same, and errors keep their line.
+    import memwall.traces
+
+    monkeypatch.setattr(memwall.traces, "_BLOCK", block)
+    path = write_trace(tmp_path / name, *trace)
+    chunks = list(read_trace(path, chunk=999))
+    for got, want in zip((np.concatenate(c) for c in zip(*chunks, strict=True)), trace, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    bad = tmp_path / "bad.din"
+    bad.write_text("0 10 4\n" * 40 + "0 1_0 4\n")
+    with pytest.raises(InputError, match=r"bad.din:41: digit separators"):
+        list(read_trace(bad))
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("a.din", "0 10 1_000\n", r"a.din:1: digit separators"),
+    ("a.din", "0 1_0 4\n", r"a.din:1: digit separators"),
+    ("a.xdin", "r 10 1_0\n", r"a.xdin:1: digit separators"),
+    ("a.din", "0 10 +4\n", r"a.din:1: malformed din line"),
+    ("a.din", "0 10\x0c4\n", r"a.din:1: malformed din line"),
+    ("a.din", "0 10 4\n0 \xe9\n", r"a.din:2: not a text trace"),
+    ("a.din", "0\n", r"a.din:1: a din line"),
+    ("a.xdin", "r 10\n", r"a.xdin:1: an xdin line"),
+    ("a.xdin", "w 10 100000000\n", r"a.xdin:1: size 4294967296"),
+])
+def test_scanner_refuses_what_the_formats_do_not_have(tmp_path, name, text, match):
+    (tmp_path / name).write_bytes(text.encode("latin-1"))
+    with pytest.raises(InputError, match=match):
+        list(read_trace(tmp_path / name))
+
+
+def test_scanner_accepts_tabs_crlf_hex_prefix_and_blank_lines(tmp_path):
+    (tmp_path / "a.din").write_bytes(b"\t0\t0X10 \r\n\n   \r\n1 0x20\t8\r\n2 ffffffffffffffff 1")
+    a, s, w = next(read_trace(tmp_path / "a.din"))
+    assert a.tolist() == [0x10, 0x20, (1 << 64) - 1] and s.tolist() == [4, 8, 1] and w.tolist() == [0, 1, 0]
+    (tmp_path / "b.xdin").write_bytes(b"w 0x10 0x40\nr 0000000000000000000000010 1f\n")
+    a, s, w = next(read_trace(tmp_path / "b.xdin"))
+    assert a.tolist() == [0x10, 0x10] and s.tolist() == [64, 31] and w.tolist() == [1, 0]
+
+
+def test_is_write_of_two_is_refused_even_as_uint8(tmp_path):
+    h = Hierarchy(LEVELS)
+    with pytest.raises(InputError, match=r"field 'is_write': access 1: value 2"):
+        h.replay(np.array([0, 8], np.uint64), np.array([8, 8], np.uint32), np.array([0, 2], np.uint8))
+    np.savez(tmp_path / "w.npz", addr=np.zeros(3000, np.uint64), size=np.ones(3000, np.uint32),
+             is_write=np.r_[np.zeros(2500, np.uint8), np.full(500, 2, np.uint8)])
+    with pytest.raises(InputError, match=r"w.npz: field 'is_write': access 2500: value 2"):
+        h.replay_file(tmp_path / "w.npz", chunk=1000)
+    assert h.counters().accesses == 2000
+
+
+def test_npz_errors_name_the_file_and_the_index_in_the_file(tmp_path):
+    addr = np.zeros(5000, np.uint64)
+    size = np.ones(5000, np.uint32)
+    size[3210] = 0
+    np.savez(tmp_path / "z.npz", addr=addr, size=size, is_write=np.zeros(5000, np.uint8))
+    with pytest.raises(InputError, match=r"z.npz: field 'size': access 3210: size must be at least"):
+        Hierarchy(LEVELS).replay_file(tmp_path / "z.npz", chunk=1000)
+    addr[4321] = (1 << 64) - 4
+    size[3210] = 1
+    np.savez(tmp_path / "y.npz", addr=addr, size=size * 8, is_write=np.zeros(5000, np.uint8))
+    with pytest.raises(InputError, match=r"y.npz: field 'addr': access 4321: .*wraps past"):
+        Hierarchy(LEVELS).replay_file(tmp_path / "y.npz", chunk=1000)
+    (tmp_path / "t.din").write_text("0 10 4\n" * 2000 + "1 fffffffffffffffc 8\n")
+    with pytest.raises(InputError, match=r"t.din:2001: .*wraps past"):
+        Hierarchy(LEVELS).replay_file(tmp_path / "t.din", chunk=300)
+
+
+def test_garbage_npz_is_refused_without_pickle_advice(tmp_path):
+    for name, data in (("g.npz", b"garbage, not a zip" * 10), ("g.npz.gz", gzip.compress(b"x" * 100))):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(InputError, match=rf"{name}: truncated or corrupt npz") as err:
+            list(read_trace(tmp_path / name))
+        assert "pickle" not in str(err.value)
+    np.savez(tmp_path / "o.npz", addr=np.array([object()] * 2), size=np.ones(2, np.uint32),
+             is_write=np.zeros(2, np.uint8))
+    with pytest.raises(InputError, match=r"o.npz: array 'addr' must hold plain integers") as err:
+        list(read_trace(tmp_path / "o.npz"))
+    assert "pickle" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["big.npz", "big.npz.gz", "big.din"])
+def test_traces_stream_in_chunks_not_whole(tmp_path, name):
+    # 1 M accesses (13 MB of npz arrays): read 64 Ki accesses at a time, the peak of memory
+    # allocated while reading stays a small multiple of one chunk (the gzipped npz is
+    # decompressed to a temporary file, not into memory).
+    import tracemalloc
+
+    n = 1 << 20
+    addr = np.arange(n, dtype=np.uint64) * 8
+    path = write_trace(tmp_path / name, addr, np.full(n, 8, np.uint32), (addr % 3 == 0).astype(np.uint8))
+    tracemalloc.start()
+    try:
+        total = 0
+        for a, _, _ in read_trace(path, chunk=1 << 16):
+            total += len(a)
+            del a
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == n
+    assert peak < 8 << 20, peak  # the din scanner's block is 4 MiB
+
+
+@pytest.mark.parametrize("save", ["savez", "savez_compressed", "big-endian", "empty"])
+def test_npz_stored_compressed_foreign_byte_order_and_empty(tmp_path, trace, save):
+    # Stored members are memory-mapped, deflated ones read chunk by chunk, others converted.
+    addr, size, w = trace
+    if save == "empty":
+        addr, size, w = addr[:0], size[:0], w[:0]
+    arrays = dict(addr=addr, size=size, is_write=w)
+    if save == "big-endian":
+        arrays = {k: v.astype(v.dtype.newbyteorder(">")) for k, v in arrays.items()}
+    getattr(np, "savez_compressed" if save == "savez_compressed" else "savez")(tmp_path / "t.npz", **arrays)
+    chunks = list(read_trace(tmp_path / "t.npz", chunk=700))
+    got = [np.concatenate(c) for c in zip(*chunks, strict=True)] if chunks else [addr, size, w]
+    for g, want in zip(got, (addr, size, w), strict=True):
+        assert np.array_equal(g, want)
+    assert len(chunks) == -(-len(addr) // 700)
+
+
+din_token = st.sampled_from(["0", "1", "2", "3", "r", "w", "10", "0x1f", "0X", "ff", "-4", "+4", "1_0", "00",
+                             "ffffffffffffffff", "10000000000000000", "4294967295", "4294967296", "\t", " ",
+                             "\x0c", "z", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(din_token, max_size=5), fmt=st.sampled_from(["din", "xdin"]),
+       sep=st.sampled_from([" ", "\t", "  ", " \t"]), crlf=st.booleans())
+def test_scanner_agrees_with_the_python_parser_or_refuses(tmp_path_factory, tokens, fmt, sep, crlf):
+    # Any line the C scanner reads gives the values the Python parser gives; any line it
+    # refuses raises InputError naming the file and line 2, never another exception.
+    from memwall.traces import _check_ref, _parse_line
+
+    line = sep.join(tokens)
+    path = tmp_path_factory.mktemp("fuzz") / f"f.{fmt}"
+    good = "0 10 4" if fmt == "din" else "r 10 4"
+    path.write_bytes(f"{good}\n{line}{chr(13) if crlf else ''}\n".encode("latin-1"))
+    try:
+        chunks = list(read_trace(path))
+    except InputError as err:
+        assert str(err).startswith(f"{path}:2: "), str(err)
+        return
+    got = [(int(a), int(s), int(w)) for c in chunks for a, s, w in zip(*c, strict=True)][1:]
+    want = _parse_line(line, fmt, str(path), 2, 4)
+    for addr, size, _ in want:
+        _check_ref(addr, size, str(path), 2)
+    assert got == want

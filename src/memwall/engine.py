@@ -21,13 +21,11 @@ from . import _csim
 from .errors import InputError
 from .levels import LevelSpec, load_hierarchy_file, parse_level
 from .streams import LoopNest
+from .traces import as_trace_arrays, read_trace
 
-__all__ = ["Hierarchy", "HierarchyCounters", "LevelCounters", "MemoryCounters", "ENGINE_NAME"]
+__all__ = ["CapacitySweep", "Hierarchy", "HierarchyCounters", "LevelCounters", "MemoryCounters", "ENGINE_NAME"]
 
 ENGINE_NAME: str = _csim.ENGINE_NAME
-_POLICY_CODES = {"lru": 0, "fifo": 1, "random": 2, "plru": 3}
-_INCLUSION_CODES = {"none": 0, "inclusive": 1, "exclusive": 2}
-_SIZE_LIMIT = 1 << 32
 
 
 def _combine(a: Any, b: Any, op: Any) -> dict[str, Any]:
@@ -227,16 +225,7 @@ class Hierarchy:
         check_levels(specs)
         self.levels: tuple[LevelSpec, ...] = tuple(specs)
         self.classify = bool(classify)
-        self._engine = _csim.Engine(
-            [
-                (
-                    lv.name, lv.size, lv.line, lv.ways, _POLICY_CODES[lv.policy],
-                    lv.write == "through-noallocate", _INCLUSION_CODES[lv.inclusion], lv.seed,
-                )
-                for lv in specs
-            ],
-            self.classify,
-        )
+        self._engine = _csim.Engine([_engine_level(lv) for lv in specs], self.classify)
 
     @classmethod
     def from_file(cls, path: str | Path, classify: bool = False) -> Hierarchy:
@@ -254,13 +243,17 @@ class Hierarchy:
         ``addr`` uint64, ``size`` uint32 (1 .. 2**32-1), ``is_write`` uint8 or bool;
         other integer dtypes are converted after a range check.
         """
-        a, s, w = as_trace_arrays(addr, size, is_write)
+        self._replay(*as_trace_arrays(addr, size, is_write))
+
+    def _replay(self, a: np.ndarray, s: np.ndarray, w: np.ndarray, first: int = 0) -> None:
+        """Replay the engine's arrays, refusing a bad access before any is counted; errors
+        name the access as ``first`` + its index."""
         bad = self._engine.validate(a, s)
         if bad >= 0:
             if s[bad] == 0:
-                raise InputError(f"access {bad}: size must be at least 1 byte", field="size")
+                raise InputError(f"access {first + bad}: size must be at least 1 byte", field="size")
             raise InputError(
-                f"access {bad}: address {int(a[bad]):#x} + size {int(s[bad])} wraps past 2**64",
+                f"access {first + bad}: address {int(a[bad]):#x} + size {int(s[bad])} wraps past 2**64",
                 field="addr",
             )
         self._engine.replay(a, s, w)
@@ -273,11 +266,15 @@ class Hierarchy:
 
     def replay_file(self, path: str | Path, format: str | None = None, *, chunk: int = 1 << 18,
                     progress: Any = None) -> None:
-        """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks."""
-        from .traces import read_trace
-
+        """Replay a trace file (din, xdin, lackey or npz; gzip accepted), in chunks; an
+        error names the file and the access's index in it."""
+        first = 0
         for a, s, w in read_trace(path, format, chunk=chunk):
-            self.replay(a, s, w)
+            try:
+                self._replay(a, s, w, first)
+            except InputError as err:
+                raise err.within(file=str(path)) from None
+            first += len(a)
             if progress is not None:
                 progress(len(a))
 
@@ -290,39 +287,115 @@ class Hierarchy:
         self._engine.reset()
 
     def counters(self) -> HierarchyCounters:
-        levels, mem, accesses = self._engine.counters()
+        raw = self._engine.counters()  # dicts keyed by the C structs' field names
         return HierarchyCounters(
-            [LevelCounters(*row) for row in levels], MemoryCounters(*mem), int(accesses)
+            [LevelCounters(**row) for row in raw["levels"]], MemoryCounters(**raw["memory"]),
+            int(raw["accesses"]),
         )
 
 
-def as_trace_arrays(addr: Any, size: Any, is_write: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The engine's contiguous ``uint64, uint32, uint8`` arrays, or an InputError saying why not."""
-    out = []
-    for name, value, dtype, high in (
-        ("addr", addr, np.uint64, 1 << 64),
-        ("size", size, np.uint32, _SIZE_LIMIT),
-        ("is_write", is_write, np.uint8, 2),
-    ):
-        arr = np.asarray(value)
-        if arr.ndim != 1:
-            raise InputError(f"must be one-dimensional, got shape {arr.shape}", field=name)
-        if arr.dtype != dtype:
-            if arr.dtype == np.bool_:
-                arr = arr.astype(dtype)
-            elif not np.issubdtype(arr.dtype, np.integer):
-                if arr.size == 0:
-                    arr = arr.astype(dtype)
-                else:
-                    raise InputError(f"must be integers, got dtype {arr.dtype}", field=name)
-            elif arr.size:
-                lo, hi = int(arr.min()), int(arr.max())
-                if lo < 0 or hi >= high:
-                    raise InputError(f"values must lie in 0 .. {high - 1}, found {lo} .. {hi}", field=name)
-        out.append(np.ascontiguousarray(arr, dtype=dtype))
-    if not (len(out[0]) == len(out[1]) == len(out[2])):
-        raise InputError(f"addr, size and is_write differ in length: {len(out[0])}, {len(out[1])}, {len(out[2])}")
-    return out[0], out[1], out[2]
+class CapacitySweep(Hierarchy):
+    """One replay that counts a level at every capacity of its line size and set count.
+
+    ``level`` (a name in ``levels``) is replayed as an LRU stack (Mattson et al. 1970)
+    ``max_ways`` deep; the levels above it run as usual and the levels below are dropped
+    (their traffic depends on the size swept). :meth:`sweep` then gives the level's exact
+    counters, write-backs included, at ``sets * W * line`` bytes for every W in
+    1 .. max_ways. Only where the stack property holds: an LRU, write-back write-allocate
+    level without inclusion, no exclusive or inclusive level below it, no 3C split;
+    anything else is refused with the reason.
+    """
+
+    def __init__(self, levels: Iterable[LevelSpec | Mapping[str, Any]], level: str, max_ways: int) -> None:
+        specs = [_as_level(lv) for lv in levels]
+        check_levels(specs)
+        names = [lv.name for lv in specs]
+        if level not in names:
+            raise InputError(f"no level '{level}' to sweep; levels are {', '.join(names)}", field="level")
+        i = names.index(level)
+        target = specs[i]
+        _check_sweepable(target, specs[i + 1:])
+        if not isinstance(max_ways, int) or max_ways < 1:
+            raise InputError(f"max_ways must be a whole number >= 1, got {max_ways!r}", field="max_ways")
+        self.level_name = level
+        self.sets = target.sets
+        self.max_ways = max_ways
+        self.line = target.line
+        self.is_last = i == len(specs) - 1
+        self.levels = tuple(specs[: i + 1])
+        self.classify = False
+        deepest = dataclasses.replace(target, size=target.sets * max_ways * target.line, ways=max_ways)
+        self._engine = _csim.Engine([_engine_level(lv) for lv in specs[:i]] + [{**_engine_level(deepest), "stack": True}])
+
+    def __repr__(self) -> str:
+        return (f"CapacitySweep({self.level_name}: {self.sets} sets x 1..{self.max_ways} ways x {self.line} B, "
+                f"above: {', '.join(lv.name for lv in self.levels[:-1]) or 'none'})")
+
+    def sweep(self) -> dict[int, LevelCounters]:
+        """The swept level's counters at each capacity in bytes (``sets * W * line``, W = 1 ..
+        max_ways), smallest first; as a replay of a hierarchy ending at that level (with the
+        level of W ways) would count them. The 3C fields stay 0."""
+        level = len(self.levels) - 1
+        raw = self._engine.counters()["levels"][level]
+        h = self._engine.stack_counts(level)
+        # misses at W ways: lookups whose stack distance is W or more
+        read_miss = np.cumsum(h["read"][::-1])[::-1]
+        write_miss = np.cumsum(h["write"][::-1])[::-1]
+        full_miss = np.cumsum(h["full_write"][::-1])[::-1]
+        out = {}
+        for w in range(1, self.max_ways + 1):
+            wb = int(h["writebacks"][w])
+            out[self.sets * w * self.line] = LevelCounters(
+                self.level_name, reads=raw["reads"], writes=raw["writes"], read_misses=int(read_miss[w]),
+                write_misses=int(write_miss[w]), writebacks=wb,
+                bytes_in=self.line * int(read_miss[w] + write_miss[w] - full_miss[w]), bytes_out=self.line * wb,
+            )
+        return out
+
+    def counters(self) -> HierarchyCounters:
+        """The levels above the swept one (the swept level's own counts: :meth:`sweep`)."""
+        full = super().counters()
+        return HierarchyCounters(full.levels[:-1], MemoryCounters(), full.accesses)
+
+
+def _check_sweepable(lv: LevelSpec, below: Sequence[LevelSpec]) -> None:
+    """Refuse, with the reason, a level whose misses one stack pass cannot count."""
+    where = f"level[{lv.name}]"
+    if lv.policy != "lru":
+        raise InputError(
+            f"cannot sweep '{lv.name}' in one pass: {lv.policy} replacement has no stack property "
+            "(a larger cache need not hold what a smaller one holds), so each size needs its own replay",
+            field=f"{where}.policy",
+        )
+    if lv.write != "back-allocate":
+        raise InputError(
+            f"cannot sweep '{lv.name}' in one pass: with no-write-allocate a write that misses a "
+            "smaller cache but hits a larger one reorders only the larger, so the sizes stop "
+            "sharing one LRU stack",
+            field=f"{where}.write",
+        )
+    if lv.inclusion != "none":
+        raise InputError(
+            f"cannot sweep '{lv.name}' in one pass: it is {lv.inclusion}, so what it evicts (or "
+            "takes from the level above) changes the levels above, differently at each size",
+            field=f"{where}.inclusion",
+        )
+    for b in below:
+        if b.inclusion != "none":
+            raise InputError(
+                f"cannot sweep '{lv.name}' in one pass: '{b.name}' below it is {b.inclusion}, so its "
+                f"traffic back into '{lv.name}' depends on the size swept",
+                field=f"level[{b.name}].inclusion",
+            )
+
+
+def _engine_level(lv: LevelSpec) -> dict[str, Any]:
+    """One level as ``_csim.Engine`` takes it: its ``LEVEL_KEYS``, codes from the extension."""
+    return {
+        "name": lv.name, "size": lv.size, "line": lv.line, "ways": lv.ways,
+        "policy": _csim.POLICY_CODES[lv.policy], "write_through": lv.write == "through-noallocate",
+        "inclusion": _csim.INCLUSION_CODES[lv.inclusion], "seed": lv.seed, "stack": False,
+    }
 
 
 def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:

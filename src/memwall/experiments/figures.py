@@ -374,6 +374,91 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
+# Last-level capacity: one pass of the capacity sweep per network and machine (not yet
+# among NAMES: it replays steps, so a sweep would have to opt in)
+
+LLC_CASES = (("sun-3-260", "nettalk"), ("v100-sxm2", "lecun-1989"), ("h100-sxm", "affine-48x1024"))
+
+
+def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int = 1,
+                       factor: int = 4, warm: bool = True) -> list[dict[str, Any]]:
+    """Main-memory bytes (read + written) of one training step against the capacity of the
+    machine's last cache level, at its line size and set count from 1 way to ``factor``
+    times its ways, each curve from one pass of :class:`memwall.engine.CapacitySweep`.
+
+    With ``warm`` the step is replayed once to warm the caches and counted on a second
+    pass (a training run repeats its steps); no sampling, no final flush; every kernel's
+    counts times its repeats.
+    """
+    from ..engine import CapacitySweep
+    from ..profiles import load_machine
+    from ..simulate import Case, build_case_step
+    from ..workloads.lowering import lower
+
+    out = []
+    for machine_id, network in cases:
+        machine = load_machine(machine_id)
+        levels = list(machine.cache_levels)
+        llc = levels[-1]
+        step = build_case_step(Case(machine=machine_id, network=network, batch=batch))
+        sweep = CapacitySweep(levels, llc.name, llc.ways * factor)
+        lowered = [lower(kernel, machine.schedule, line_bytes=levels[0].line) for kernel in step.kernels]
+        for low in lowered if warm else ():
+            for nest in low.nests:
+                sweep.replay_nest(nest)
+        totals: dict[int, float] = {}
+        before = sweep.sweep()
+        for kernel, low in zip(step.kernels, lowered, strict=True):
+            for nest in low.nests:
+                sweep.replay_nest(nest)
+            after = sweep.sweep()
+            for cap, c in after.items():
+                moved = (c.bytes_in + c.bytes_out) - (before[cap].bytes_in + before[cap].bytes_out)
+                totals[cap] = totals.get(cap, 0.0) + moved * kernel.repeat
+            before = after
+        for cap, nbytes in totals.items():
+            out.append({"machine": machine_id, "network": network, "batch": batch, "capacity": cap,
+                        "memory_bytes": nbytes, "actual": cap == llc.size, "level": llc.name})
+    return out
+
+
+def fig_llc_capacity(table: Sequence[Mapping[str, Any]]):
+    if not table:
+        return _empty_named("llc_capacity", "a machine with a sweepable (LRU, write-back) last cache level")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (machine, network), colour in zip(dict.fromkeys((r["machine"], r["network"]) for r in table),
+                                          STALL_COLOURS * 4, strict=False):
+        rows = sorted((r for r in table if (r["machine"], r["network"]) == (machine, network)),
+                      key=lambda r: r["capacity"])
+        ax.plot([r["capacity"] for r in rows], [r["memory_bytes"] for r in rows], color=colour, lw=1.5,
+                marker=".", ms=3, label=f"{network} on {machine} ({rows[0]['level']})")
+        for r in rows:
+            if r["actual"]:
+                ax.plot([r["capacity"]], [r["memory_bytes"]], marker="o", ms=8, mfc="none", color=colour)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog", linthresh=1024)  # (linear below 1 KiB: a step that fits moves 0 B)
+    ax.set_ylim(0, 3 * max(max(r["memory_bytes"] for r in table), 1024))
+    ax.set_xlabel("last-level cache capacity (B), at the machine's line size and set count")
+    ax.set_ylabel("main-memory bytes of one training step (read + written)")
+    ax.set_title("How much cache each network needs: memory traffic against last-level capacity")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7)
+    _finish(fig, _sources("Each curve is one pass of the capacity sweep (LRU stack distances, exact for "
+                          "every associativity); circles mark each machine's actual capacity. The step's "
+                          "second pass, after one to warm the caches; no sampling."))
+    return fig
+
+
+def _empty_named(name: str, needs: str):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, f"No data for figure {name}.\nIt needs: {needs}", ha="center", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------
 
 
 def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
