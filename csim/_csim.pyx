@@ -613,7 +613,10 @@ cdef void line_ref_general(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t
                 ref(e, lv + 1, lo, nbytes, 1)
             else:
                 L.way[idx].sd |= 1
-        if lv == 0 and L.way[idx].sd != 0 and L.way[idx].tag == line:
+        # A write hit at a write-through level does not allocate in the 3C shadow, which may
+        # not hold the line: its next read must then go through the shadow, not the fast path.
+        if lv == 0 and L.way[idx].sd != 0 and L.way[idx].tag == line and not (
+                L.classify and is_write and L.write_through):
             L.mru_valid = 1
             L.mru_line = line
             L.mru_idx = idx

@@ -504,3 +504,12 @@ def test_engine_and_traces_import_without_a_cycle():
     tree = ast.parse(Path(memwall.traces.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "engine" not in imported and "memwall.engine" not in imported
+
+
+def test_write_through_write_hit_then_read_goes_through_the_3c_shadow():
+    # Found by the hypothesis test above (seed 10000): a write hit at a write-through level
+    # leaves the shadow without the line; the read after it, at the same line, must still
+    # install it in the shadow, so the first-level MRU shortcut may not skip it.
+    levels = [lv("L1", 3 * 3 * 16, 16, 3, policy="fifo", write="through-noallocate")]
+    rng = np.random.default_rng(10000)
+    assert_same(*run_both(levels, *adversarial_trace(rng, 300, 16, 4), classify=True))
