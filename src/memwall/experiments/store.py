@@ -140,6 +140,28 @@ def write_tables(root: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
     return csv_path, json_path
 
 
+def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]],
+              leading: Sequence[str] = ()) -> Path:
+    """Write ``rows`` as CSV (columns: ``leading``, then first appearance), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = columns_of(rows, leading)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(cols)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in cols])
+    _atomic_write(path, buf.getvalue())
+    return path
+
+
+def atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, text)
+
+
 def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a sweep folder's ``results.json``."""
     path = Path(root) / RESULTS_JSON
