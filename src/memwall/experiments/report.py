@@ -42,6 +42,10 @@ CAPTIONS = {
     "validation": "memwall's prediction for each published measurement of era_data/measurements "
     "(GEMMs, CUPS of the 1980s machines, a Megatron-LM floor) against the measured value, log-log; "
     "the grey band is within 2x. The table below gives each case with its source note.",
+    "roofline": "Every kernel of each stored step on one machine: FLOPs per byte of main-memory traffic "
+    "against achieved FLOP/s, under the peak and each memory level's bandwidth ceiling.",
+    "activation_highwater": "Live bytes by tensor class while each kernel of the training step runs, "
+    "forward rising, backward falling, without and with √L checkpointing.",
 }
 
 STYLE = """
