@@ -99,3 +99,13 @@ def test_live_bytes_peak_is_the_ledger():
         acts = [r["activations"] for r in live]
         top = acts.index(max(acts))
         assert acts[0] < acts[top] and acts[-1] < acts[top]  # rises through forward, falls in backward
+
+
+def test_the_flip_is_drawn_on_memory_ratio_when_rows_have_it(tmp_path, pyplot, quick_sweep):
+    rows = [dict(r) for r in quick_sweep.rows]
+    old = fg.write_figures(tmp_path / "a", rows, only=["regime_flip"])["regime_flip"][1].read_text()
+    assert "memory time" not in old  # no memory_ratio yet: the stall-fraction figure
+    for r in fg.per_example_rows(rows):
+        r["memory_ratio"] = (r["stall_fraction"] or 0.01) / max(r["compute_fraction"] or 0.01, 1e-3)
+    svg = fg.write_figures(tmp_path / "b", rows, only=["regime_flip"])["regime_flip"][1].read_text()
+    assert "memory time ÷ arithmetic time" in svg and "dispatch and start-up" in svg
