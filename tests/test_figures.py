@@ -109,3 +109,18 @@ def test_the_flip_is_drawn_on_memory_ratio_when_rows_have_it(tmp_path, pyplot, q
         r["memory_ratio"] = (r["stall_fraction"] or 0.01) / max(r["compute_fraction"] or 0.01, 1e-3)
     svg = fg.write_figures(tmp_path / "b", rows, only=["regime_flip"])["regime_flip"][1].read_text()
     assert "memory time ÷ arithmetic time" in svg and "dispatch and start-up" in svg
+
+
+def test_the_batch_window_turns_where_the_steps_own_bytes_say(tmp_path, pyplot, quick_sweep):
+    # bf16 GPT-2: per micro-batch each weight is read twice (forward, backward) and its
+    # gradient written once, 2 bytes each; the update's traffic is counted apart.
+    wb = fg.weight_bytes("gpt2-small", 16)
+    assert wb["b_w"] == pytest.approx(6.0, rel=0.02)
+    assert wb["b_update"] > 0
+    assert wb["flops_per_token"] == pytest.approx(6.0, rel=0.05)
+    rows = fg.window_rows(quick_sweep.rows)
+    model = fg.window_model(rows)
+    assert model and all(m["t_min"] == pytest.approx(m["balance"] * wb["b_w"] / wb["flops_per_token"])
+                         for m in model)
+    svg = fg.write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
+    assert "T_min" in svg

@@ -380,7 +380,50 @@ def window_rows(rows: Iterable[Row]) -> list[Row]:
     return [r for r in ok if r["network"] == net]
 
 
-def fig_batch_window(rows: Sequence[Row]):
+MICRO_PHASES = ("forward", "recompute", "backward")
+
+
+def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
+    """What the step memwall builds moves per parameter: ``b_w``, bytes of weights and
+    gradients per micro-batch (forward, recompute, backward kernels), ``b_update``, bytes
+    of weights, gradients and optimizer state per optimizer step, and ``flops_per_token``
+    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)."""
+    from ..networks import load_network
+    from ..workloads.config import TrainingConfig
+    from ..workloads.step import build_step
+
+    net = load_network(network)
+    step = build_step(net, TrainingConfig(batch=1, dtype=dtype or net.dtype, seq_len=seq_len))
+    micro = update = 0
+    for k in step.kernels:
+        moved = sum(r.bytes for r in k.reads + k.writes if r.cls in ("weights", "gradients", "optimizer"))
+        if k.phase in MICRO_PHASES:
+            micro += moved * k.repeat
+        else:
+            update += moved * k.repeat
+    params = step.network.parameters
+    tokens = step.tokens or step.examples
+    flops = sum(step.flops[p] for p in MICRO_PHASES if p in step.flops)
+    return {"network": network, "seq_len": seq_len, "parameters": params, "b_w": micro / params,
+            "b_update": update / params, "flops_per_token": flops / tokens / params}
+
+
+def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Per machine of the batch window: the turn T_min = β · b_w / (F/P) from the step's own
+    bytes per parameter (see :func:`weight_bytes`)."""
+    if not rows:
+        return []
+    first = rows[0]
+    wb = weight_bytes(first["network"], first.get("seq_len"), first.get("dtype"))
+    out = []
+    for m in dict.fromkeys(r["machine"] for r in rows):
+        r = next(x for x in rows if x["machine"] == m)
+        out.append({"machine": m, "name": r["name"], "balance": r["balance"], **wb,
+                    "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"]})
+    return out
+
+
+def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = ()):
     sel = window_rows(rows)
     if len({r["batch"] for r in sel}) < 2:
         return _empty("batch_window", "mini-batch training at several batch sizes on modern machines")
@@ -391,9 +434,10 @@ def fig_batch_window(rows: Sequence[Row]):
     for k, m in enumerate(machines):
         sub = sorted((r for r in sel if r["machine"] == m), key=lambda r: r["tokens"])
         colour = cmap(k % 10)
+        turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
         ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
-                color=colour, label=f"{_label(sub[0])}: turn at ≈{2 * sub[0]['balance']:.0f} tokens")
-        ax.axvline(2 * sub[0]["balance"], color=colour, ls=":", lw=1)
+                color=colour, label=f"{_label(sub[0])}: turn at ≈{turn:.0f} tokens")
+        ax.axvline(turn, color=colour, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch (tokens per weight visit: sequences × sequence length)")
@@ -401,8 +445,16 @@ def fig_batch_window(rows: Sequence[Row]):
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
-    _finish(fig, _sources("Dotted: 2 × balance tokens, where a step with bf16 weights and fp32 gradients "
-                          "is expected to turn compute-bound (each weight byte pair serves 2 FLOPs per token)."))
+    if model:
+        wb = model[0]
+        note = (f"Dotted: T_min = β · b_w / (F/P), with the step's own b_w = {wb['b_w']:.1f} B of weights and "
+                f"gradients per parameter per micro-batch and F/P = {wb['flops_per_token']:.2f} FLOP per "
+                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). Without "
+                "accumulation or fusion, which memwall does not model yet (issue 13), this is one micro-batch "
+                "per optimizer step.")
+    else:
+        note = "Dotted: 2 × balance tokens (the step's own bytes per parameter were not available)."
+    _finish(fig, _sources(note))
     return fig
 
 
@@ -685,7 +737,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
         "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},
                             lambda d: fig_stall_breakdown(d["rows"])),
-        "batch_window": (None, lambda: {"rows": window_rows(rows)}, lambda d: fig_batch_window(d["rows"])),
+        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows))},
+                         lambda d: fig_batch_window(d["rows"], d.get("model", ()))),
         "capacity_ledger": ((lambda: _network_inputs(LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
                             lambda: {"ledger": list(ledger if ledger is not None else ledger_table())},
                             lambda d: fig_capacity_ledger(d["ledger"])),

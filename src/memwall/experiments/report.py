@@ -41,7 +41,8 @@ CAPTIONS = {
     "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
     "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
     "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
-    "about 2 × balance tokens, where a step with bf16 weights and fp32 gradients should turn compute-bound.",
+    "T_min = β · b_w / (F/P), the turn the step's own bytes per parameter per micro-batch (b_w) predict. "
+    "Accumulation and fusion are not modelled yet (issue 13): one micro-batch per optimizer step.",
     "capacity_ledger": "Bytes of saved activations against bytes of parameters as the batch grows; they "
     "cross at batch = width for a chain of square layers, and √L checkpointing moves the crossover right.",
     "synthetic_balance": "One compute engine with its memory bandwidth swept over four decades: stall "
@@ -244,6 +245,11 @@ def prose(data: Mapping[str, Any]) -> dict[str, str]:
         best = max(win, key=lambda r: r["fraction_of_peak"])
         out["batch_window"] = (f"{_e(best['network'])} reaches its highest fraction of peak, {best['fraction_of_peak']:.2f}, "
                                f"on {_e(best['name'])} at {best['tokens']} tokens.")
+        model = (F.get("batch_window") or {}).get("model") or []
+        if model:
+            out["batch_window"] += (f" The step moves b_w = {model[0]['b_w']:.2f} B per parameter per micro-batch, "
+                                    "so the turns are at " + ", ".join(
+                                        f"{m['t_min']:.0f} tokens ({_e(m['name'])})" for m in model) + ".")
     val = F.get("validation") or {}
     summ = val.get("summary") or {}
     if summ.get("point_cases"):

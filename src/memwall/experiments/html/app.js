@@ -117,6 +117,11 @@
         customdata: s.map(function (r) { return [r.name || m, r.network, r.batch, r.tokens, fmt(r.fraction_of_peak), fmt(r.seconds), r.bound]; }),
         hovertemplate: hover([["machine", 0], ["network", 1], ["batch", 2], ["tokens", 3], ["of peak", 4], ["seconds", 5], ["bound", 6]])});
     });
+    ((F.batch_window || {}).model || []).forEach(function (t, k) {
+      traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": T_min " + fmt(t.t_min) + " tokens",
+        x: [t.t_min, t.t_min], y: [0, 1], line: {dash: "dot", color: COLOURS[k % 10]},
+        hovertemplate: "T_min = β·b_w/(F/P) = " + fmt(t.balance) + " × " + fmt(t.b_w) + " / " + fmt(t.flops_per_token) + " = " + fmt(t.t_min) + " tokens<extra></extra>"});
+    });
     plot("plot-batch_window", traces, {xaxis: ax("batch (tokens per weight visit)", true), yaxis: Object.assign(ax("fraction of peak FLOP/s"), {range: [0, 1.02]})});
   })();
 
