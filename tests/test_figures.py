@@ -1,29 +1,59 @@
-"""Every figure of the era sweep is written, as PNG and SVG, and is not empty."""
+"""Every figure of the era sweep is written, as PNG, SVG and CSV, is not empty, and is
+redrawn only when its data changed."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
 from memwall.experiments import figures as fg
 
 
-def test_every_figure_is_written_and_not_empty(tmp_path, pyplot, quick_sweep, fast_measurements):
+@pytest.fixture
+def sweep_copy(tmp_path, quick_sweep):
+    """The session's sweep folder (its cases feed the roofline), copied so tests may write."""
+    out = tmp_path / "sweep"
+    shutil.copytree(quick_sweep.out, out)
+    return out
+
+
+def test_every_figure_is_written_and_not_empty(sweep_copy, pyplot, quick_sweep, fast_measurements):
     machines = fg.machine_table()
     ledger = fg.ledger_table(batches=(1, 64, 1024, 4096))
-    written = fg.write_figures(tmp_path, quick_sweep.rows, machines=machines, ledger=ledger,
+    written = fg.write_figures(sweep_copy, quick_sweep.rows, machines=machines, ledger=ledger,
                                measurements=fast_measurements)
     assert sorted(written) == sorted(fg.NAMES)
     for name, paths in written.items():
         assert [p.suffix for p in paths] == [".png", ".svg"]
         for p in paths:
-            assert p.parent == tmp_path / "figures"
+            assert p.parent == sweep_copy / "figures"
             assert p.stat().st_size > 5000, f"{p.name} looks empty"
         svg = paths[1].read_text()
         assert "No data for this figure" not in svg, f"{name} had no data"
+        csv = paths[0].with_suffix(".csv")
+        assert csv.is_file() and len(csv.read_text().splitlines()) > 1, f"{name} has no data CSV"
+
+
+def test_a_figure_is_redrawn_only_when_its_data_changed(sweep_copy, pyplot, quick_sweep):
+    rows = quick_sweep.rows
+    names = ["regime_flip", "stall_breakdown"]
+    png = {n: sweep_copy / "figures" / f"{n}.png" for n in names}
+    fg.write_figures(sweep_copy, rows, only=names)
+    for p in png.values():
+        p.write_bytes(b"marker")  # a redraw would overwrite it
+    fg.write_figures(sweep_copy, rows, only=names)
+    assert all(p.read_bytes() == b"marker" for p in png.values())
+    # One row's number changes: the figures that draw it are redrawn.
+    changed = [dict(r) for r in rows]
+    target = next(r for r in fg.per_example_rows(changed))
+    target["stall_fraction"] = 0.5 * (target["stall_fraction"] or 0.1)
+    fg.write_figures(sweep_copy, changed, only=names)
+    assert all(p.read_bytes() != b"marker" for p in png.values())
 
 
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
-    sweep_figures = [n for n in fg.NAMES if n != "validation"]  # validation has data of its own
+    sweep_figures = [n for n in fg.NAMES if n not in ("validation", "activation_highwater")]
     written = fg.write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
     for paths in written.values():
         assert all(p.stat().st_size > 0 for p in paths)
@@ -34,3 +64,63 @@ def test_growth_rate_fit():
     years = [2000, 2002, 2004, 2006]
     assert fg.growth_per_two_years(years, [1, 3, 9, 27]) == pytest.approx(3.0)
     assert fg.growth_per_two_years(years, [5, 8, 12.8, 20.48]) == pytest.approx(1.6)
+
+
+def test_drift_is_fitted_by_era():
+    # Two eras with different growth: each fit sees only its own machines.
+    table = [{"id": f"v{y}", "kind": "vector" if y < 1988 else "array", "year": y, "peak": 2.0 ** ((y - 1980) / 2),
+              "bandwidth": 1.0} for y in (1980, 1984, 1988)]
+    table += [{"id": f"g{y}", "kind": "gpu" if y < 2018 else "tpu", "year": y, "peak": 3.0 ** ((y - 2010) / 2), "bandwidth": 1.6 ** ((y - 2010) / 2)}
+              for y in (2010, 2014, 2018)]
+    for r in table:
+        r["balance"] = r["peak"] / r["bandwidth"]
+    fits = {f["fit"]: f for f in fg.drift_fits(table)}
+    assert fits["scalar-vector"]["peak_growth"] == pytest.approx(2.0)
+    assert fits["scalar-vector"]["machines"] == 3
+    assert fits["accelerator"]["peak_growth"] == pytest.approx(3.0)
+    assert fits["accelerator"]["balance_growth"] == pytest.approx(3.0 / 1.6)
+    assert fits["gholami-window"]["machines"] == 3  # 2010-2018 only
+    assert fits["all"]["machines"] == 6
+
+
+def test_live_bytes_peak_is_the_ledger():
+    from memwall.networks import load_network
+    from memwall.workloads.config import TrainingConfig
+    from memwall.workloads.liveness import live_bytes
+    from memwall.workloads.step import build_step, declare
+
+    net = load_network("affine-48x1024")
+    for ck in ("none", "sqrt"):
+        cfg = TrainingConfig(batch=64, dtype=net.dtype, checkpoint=ck)
+        live = live_bytes(declare(net, cfg))
+        ledger = build_step(net, cfg).ledger.as_dict()
+        assert max(r["activations"] for r in live) == ledger["activations"]
+        assert max(r["total"] for r in live) == ledger["peak"]
+        acts = [r["activations"] for r in live]
+        top = acts.index(max(acts))
+        assert acts[0] < acts[top] and acts[-1] < acts[top]  # rises through forward, falls in backward
+
+
+def test_the_flip_is_drawn_on_memory_ratio_when_rows_have_it(tmp_path, pyplot, quick_sweep):
+    rows = [dict(r) for r in quick_sweep.rows]
+    assert any(r.get("memory_ratio") for r in fg.per_example_rows(rows))  # the timing reports it
+    without = [{**r, "memory_ratio": None} for r in rows]
+    old = fg.write_figures(tmp_path / "a", without, only=["regime_flip"])["regime_flip"][1].read_text()
+    assert "memory time" not in old  # rows without memory_ratio: the stall-fraction figure
+    svg = fg.write_figures(tmp_path / "b", rows, only=["regime_flip"])["regime_flip"][1].read_text()
+    assert "memory time ÷ arithmetic time" in svg and "dispatch and start-up" in svg
+
+
+def test_the_batch_window_turns_where_the_steps_own_bytes_say(tmp_path, pyplot, quick_sweep):
+    # bf16 GPT-2: per micro-batch each weight is read twice (forward, backward) and its
+    # gradient written once, 2 bytes each; the update's traffic is counted apart.
+    wb = fg.weight_bytes("gpt2-small", 16)
+    assert wb["b_w"] == pytest.approx(6.0, rel=0.02)
+    assert wb["b_update"] > 0
+    assert wb["flops_per_token"] == pytest.approx(6.0, rel=0.05)
+    rows = fg.window_rows(quick_sweep.rows)
+    model = fg.window_model(rows)
+    assert model and all(m["t_min"] == pytest.approx(m["balance"] * wb["b_w"] / wb["flops_per_token"])
+                         for m in model)
+    svg = fg.write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
+    assert "T_min" in svg

@@ -1,4 +1,4 @@
-"""``memwall report DIR``: one self-contained HTML page of a sweep's figures and tables.
+"""``memwall report DIR``: one self-contained, interactive HTML page of a sweep's figures and tables.
 
 The page is built from what the sweep wrote into DIR (``results.json``, ``figures/``,
 ``validation.json``) and the shipped profiles; a damaged ``results.json`` is one error
@@ -12,13 +12,14 @@ import argparse
 from . import add_command
 
 DESCRIPTION = (
-    "Write DIR/report.html: figures embedded, tables, a section per machine with its "
-    "stall breakdown and provenance. It opens in a browser with no server and no network."
+    "Write DIR/report.html: every figure interactive (hover, legend toggles, zoom; plotly.js "
+    "embedded), a machine picker with its stall breakdown and provenance, a results table that "
+    "sorts and filters. It opens in a browser with no server and no network."
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(subparsers, "report", run, help="write a static HTML report of a sweep folder",
+    p = add_command(subparsers, "report", run, help="write an interactive, offline HTML report of a sweep folder",
                     description=DESCRIPTION)
     p.add_argument("dir", metavar="DIR", help="a folder written by `memwall sweep --out DIR`")
     p.add_argument("-o", "--output", metavar="FILE",

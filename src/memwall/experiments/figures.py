@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance", "validation")
+         "synthetic_balance", "validation", "roofline", "activation_highwater")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -38,6 +38,8 @@ TITLES = {
     "capacity_ledger": "5. The capacity ledger: saved activations against parameters",
     "synthetic_balance": "6. Synthetic balance sweep: one engine, memory bandwidth over four decades",
     "validation": "7. Validation: memwall's predictions against published measurements",
+    "roofline": "8. Roofline explorer: every kernel of a step under the machine's roofs",
+    "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
 }
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
@@ -109,46 +111,97 @@ def growth_per_two_years(years: Sequence[float], values: Sequence[float]) -> flo
     return float(10 ** (2 * slope))
 
 
+# The fits of figure 1, each over its own machines: the scalar and vector era (every
+# machine before 2000, the SIMD arrays of the 1980s included), the accelerator era (GPUs,
+# TPUs, wafer-scale engines), and Gholami et al.'s window, server hardware of the two
+# decades their figure covers (1998-2020), whatever the kind.
+SCALAR_ERA_END = 1999
+ACCELERATOR_KINDS = ("gpu", "tpu", "wafer")
+GHOLAMI_WINDOW = (1998, 2020)
+ERA_FITS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], bool]], ...] = (
+    ("all", "every shipped machine", lambda r: True),
+    ("scalar-vector", f"scalar and vector era (every machine to {SCALAR_ERA_END})",
+     lambda r: r["year"] <= SCALAR_ERA_END),
+    ("accelerator", "accelerator era (GPUs, TPUs, wafer-scale)", lambda r: r["kind"] in ACCELERATOR_KINDS),
+    ("gholami-window", f"Gholami's window ({GHOLAMI_WINDOW[0]}-{GHOLAMI_WINDOW[1]}, every kind)",
+     lambda r: GHOLAMI_WINDOW[0] <= r["year"] <= GHOLAMI_WINDOW[1]),
+)
+
+
+def drift_fits(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Growth per two years of peak, bandwidth and balance, fitted over each era of ERA_FITS."""
+    out = []
+    for fit, label, keep in ERA_FITS:
+        sub = [r for r in table if keep(r)]
+        years = [r["year"] for r in sub]
+        if len(set(years)) < 2:
+            continue
+        peak = growth_per_two_years(years, [r["peak"] for r in sub])
+        bw = growth_per_two_years(years, [r["bandwidth"] for r in sub])
+        out.append({"fit": fit, "label": label, "machines": len(sub), "first_year": min(years),
+                    "last_year": max(years), "peak_growth": peak, "bandwidth_growth": bw,
+                    "balance_growth": peak / bw})
+    return out
+
+
 def fig_balance_drift(table: Sequence[Mapping[str, Any]]):
     if len(table) < 2:
         return _empty("balance_drift", "two or more machine profiles")
     plt = _plt()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    years = [r["year"] for r in table]
-    g_peak = growth_per_two_years(years, [r["peak"] for r in table])
-    g_bw = growth_per_two_years(years, [r["bandwidth"] for r in table])
-    xs = np.linspace(min(years), max(years), 50)
-    for key, colour, label, g in (("peak", "#4c72b0", "peak FLOP/s", g_peak),
-                                  ("bandwidth", "#c44e52", "memory bandwidth (B/s)", g_bw)):
-        ys = [r[key] for r in table]
-        left.scatter(years, ys, color=colour, s=22, label=label, zorder=3)
-        fit = np.polyfit(years, np.log10(ys), 1)
-        left.plot(xs, 10 ** np.polyval(fit, xs), color=colour, lw=1, ls="--",
-                  label=f"fit: ×{g:.2f} per 2 years (Gholami: ×{GHOLAMI[key]:.1f})")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.2))
+    fits = {f["fit"]: f for f in drift_fits(table)}
+    styles = {"all": ":", "scalar-vector": "--", "accelerator": "-", "gholami-window": "-."}
+    for key, colour, label in (("peak", "#4c72b0", "peak FLOP/s"), ("bandwidth", "#c44e52", "memory B/s")):
+        left.scatter([r["year"] for r in table], [r[key] for r in table], color=colour, s=22, label=label, zorder=3)
+        for fit, _, keep in ERA_FITS:
+            if fit not in fits:
+                continue
+            sub = [r for r in table if keep(r)]
+            ys, yrs = [r[key] for r in sub], [r["year"] for r in sub]
+            coef = np.polyfit(yrs, np.log10(ys), 1)
+            xs = np.linspace(min(yrs), max(yrs), 20)
+            left.plot(xs, 10 ** np.polyval(coef, xs), color=colour, lw=1, ls=styles[fit],
+                      label=f"{label}, {fit}: ×{fits[fit][key + '_growth']:.2f}/2 yr")
     left.set_yscale("log")
     left.set_xlabel("year of introduction")
     left.set_ylabel("peak FLOP/s (FLOP/s)  ·  memory bandwidth (B/s)")
-    left.set_title("Peak arithmetic and memory bandwidth")
-    left.legend(fontsize=7, loc="upper left")
+    left.set_title("Peak arithmetic and memory bandwidth, fitted by era")
+    left.legend(fontsize=6, loc="upper left", ncol=1)
     for kind in sorted({r["kind"] for r in table}):
         sub = [r for r in table if r["kind"] == kind]
         right.scatter([r["year"] for r in sub], [r["balance"] for r in sub],
                       marker=KIND_MARKERS.get(kind, "o"), s=40, label=kind, zorder=3)
-    for r in table:
+    for r in _spaced(table, lambda r: (r["year"], math.log10(r["balance"])), (4.0, 0.25)):
         right.annotate(r["name"], (r["year"], r["balance"]), fontsize=6, xytext=(3, 3),
                        textcoords="offset points")
     right.set_yscale("log")
     right.set_xlabel("year of introduction")
     right.set_ylabel("machine balance (FLOP per byte of main memory)")
-    right.set_title(f"Balance drifts ×{g_peak / g_bw:.2f} per 2 years "
-                    f"(Gholami: ×{GHOLAMI['peak'] / GHOLAMI['bandwidth']:.2f})")
+    acc, win = fits.get("accelerator"), fits.get("gholami-window")
+    parts = [f"{name}: ×{f['balance_growth']:.2f}" for name, f in (("accelerators", acc), ("1998–2020", win)) if f]
+    right.set_title("Balance drift per 2 years — " + ", ".join(parts)
+                    + f" (Gholami: ×{GHOLAMI['peak'] / GHOLAMI['bandwidth']:.2f})", fontsize=9)
     right.legend(title="kind", fontsize=7)
     right.grid(True, which="major", alpha=0.3)
-    _finish(fig, "Peak at each machine's primary dtype over main-memory bandwidth, from era_data/machines "
-            f"(provenance per figure in each profile). Growth rates: least-squares fit of log10 value against "
-            f"year over {len(table)} machines, {min(years)}–{max(years)}, beside {GHOLAMI_REF} (3.0× and 1.6× per "
-            "2 years, server hardware of the last two decades).")
+    _finish(fig, "Peak at each machine's primary dtype over main-memory bandwidth, from era_data/machines. Growth: "
+            "least-squares fit of log10 value against year, per fit: " + "; ".join(
+                f"{f['fit']} = {f['label']} ({f['machines']} machines, {f['first_year']}–{f['last_year']})"
+                for f in fits.values()) + f". Beside {GHOLAMI_REF} (3.0× and 1.6× per 2 years).")
     return fig
+
+
+def _spaced(rows: Sequence[Mapping[str, Any]], at: Callable[[Mapping[str, Any]], tuple[float, float]],
+            gap: tuple[float, float]) -> list[Mapping[str, Any]]:
+    """The rows whose labels can be drawn without overprinting: greedily, each label kept
+    only if no kept label lies within ``gap`` (in the axes' own units, log10 where log)."""
+    kept: list[tuple[float, float]] = []
+    out = []
+    for r in rows:
+        x, y = at(r)
+        if all(abs(x - kx) >= gap[0] or abs(y - ky) >= gap[1] for kx, ky in kept):
+            kept.append((x, y))
+            out.append(r)
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -201,18 +254,64 @@ def fig_regime_flip(rows: Sequence[Row]):
     sel = per_example_rows(rows)
     if not sel:
         return _empty("regime_flip", "per-example (batch 1) training cases on real machines")
+    if any(r.get("memory_ratio") is not None for r in sel):
+        return _memory_ratio_flip(sel)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     intensity = no_reuse_intensity(sel)
     _stall_vs_balance(ax, sel, intensity, connect=False)
-    for r in sel:
-        if r["network"] == sel[0]["network"]:
-            ax.annotate(r.get("name") or r["machine"], (r["balance"], r["stall_fraction"]), fontsize=6,
-                        xytext=(3, -8), textcoords="offset points", color="#444444")
+    first = [r for r in sel if r["network"] == sel[0]["network"]]
+    for r in _spaced(sorted(first, key=lambda r: r["balance"]),
+                     lambda r: (math.log10(r["balance"]), r["stall_fraction"]), (0.12, 0.05)):
+        ax.annotate(r.get("name") or r["machine"], (r["balance"], r["stall_fraction"]), fontsize=6,
+                    xytext=(3, -8), textcoords="offset points", color="#444444")
     ax.set_title("Per-example training: stall fraction against machine balance")
     _finish(fig, _sources("Dotted lines: FLOPs per byte of main-memory traffic on the machine that moves "
                           "the most for that network (no reuse); the flip is expected where balance "
                           "passes it."))
+    return fig
+
+
+def _memory_ratio_flip(sel: Sequence[Row]):
+    """The flip on its own axis: memory time ÷ arithmetic time (1 is the flip), and beside
+    it the time the step spends on dispatch and start-up, per unit of arithmetic time."""
+    plt = _plt()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 5))
+    intensity = no_reuse_intensity(sel)
+    cmap = plt.get_cmap("tab10")
+    drawn = {ax: False, ax2: False}  # a log axis with nothing on it cannot be drawn
+    for k, net in enumerate(dict.fromkeys(r["network"] for r in sel)):
+        sub = sorted((r for r in sel if r["network"] == net and r.get("memory_ratio")), key=lambda r: r["balance"])
+        colour = cmap(k % 10)
+        ax.scatter([r["balance"] for r in sub], [r["memory_ratio"] for r in sub], s=18, color=colour, label=net)
+        ov = [(r["balance"], r["overhead_fraction"] / r["compute_fraction"]) for r in sub
+              if r.get("compute_fraction") and r.get("overhead_fraction")]
+        ax2.scatter([x for x, _ in ov], [y for _, y in ov], s=18, color=colour, marker="s", label=net)
+        drawn[ax] = drawn[ax] or bool(sub)
+        drawn[ax2] = drawn[ax2] or bool(ov)
+        if net in intensity:
+            ax.axvline(intensity[net], color=colour, ls=":", lw=1)
+    first = sorted((r for r in sel if r["network"] == sel[0]["network"] and r.get("memory_ratio")),
+                   key=lambda r: r["balance"])
+    for r in _spaced(first, lambda r: (math.log10(r["balance"]), math.log10(r["memory_ratio"])), (0.15, 0.25)):
+        ax.annotate(r.get("name") or r["machine"], (r["balance"], r["memory_ratio"]), fontsize=6,
+                    xytext=(3, -8), textcoords="offset points", color="#444444")
+    ax.axhline(1.0, color="#555555", lw=1)
+    for a, label in ((ax, "memory time ÷ arithmetic time"), (ax2, "dispatch and start-up time ÷ arithmetic time")):
+        if not drawn[a]:
+            a.text(0.5, 0.5, "no case has any", transform=a.transAxes, ha="center", color="#777777")
+            a.set_ylabel(label)
+            continue
+        a.set_xscale("log")
+        a.set_yscale("log")
+        a.set_xlabel("machine balance (FLOP/B) at the workload's dtype")
+        a.set_ylabel(label)
+        a.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, title="network (dotted: no-reuse intensity)", title_fontsize=7)
+    ax.set_title("Per-example training: the flip is where the ratio crosses 1")
+    ax2.set_title("What the ratio leaves out: launch and vector start-up")
+    _finish(fig, _sources("memory_ratio from each case's result; dotted lines: each network's no-reuse "
+                          "intensity, the predicted crossing."))
     return fig
 
 
@@ -288,7 +387,50 @@ def window_rows(rows: Iterable[Row]) -> list[Row]:
     return [r for r in ok if r["network"] == net]
 
 
-def fig_batch_window(rows: Sequence[Row]):
+MICRO_PHASES = ("forward", "recompute", "backward")
+
+
+def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
+    """What the step memwall builds moves per parameter: ``b_w``, bytes of weights and
+    gradients per micro-batch (forward, recompute, backward kernels), ``b_update``, bytes
+    of weights, gradients and optimizer state per optimizer step, and ``flops_per_token``
+    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)."""
+    from ..networks import load_network
+    from ..workloads.config import TrainingConfig
+    from ..workloads.step import build_step
+
+    net = load_network(network)
+    step = build_step(net, TrainingConfig(batch=1, dtype=dtype or net.dtype, seq_len=seq_len))
+    micro = update = 0
+    for k in step.kernels:
+        moved = sum(r.bytes for r in k.reads + k.writes if r.cls in ("weights", "gradients", "optimizer"))
+        if k.phase in MICRO_PHASES:
+            micro += moved * k.repeat
+        else:
+            update += moved * k.repeat
+    params = step.network.parameters
+    tokens = step.tokens or step.examples
+    flops = sum(step.flops[p] for p in MICRO_PHASES if p in step.flops)
+    return {"network": network, "seq_len": seq_len, "parameters": params, "b_w": micro / params,
+            "b_update": update / params, "flops_per_token": flops / tokens / params}
+
+
+def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Per machine of the batch window: the turn T_min = β · b_w / (F/P) from the step's own
+    bytes per parameter (see :func:`weight_bytes`)."""
+    if not rows:
+        return []
+    first = rows[0]
+    wb = weight_bytes(first["network"], first.get("seq_len"), first.get("dtype"))
+    out = []
+    for m in dict.fromkeys(r["machine"] for r in rows):
+        r = next(x for x in rows if x["machine"] == m)
+        out.append({"machine": m, "name": r["name"], "balance": r["balance"], **wb,
+                    "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"]})
+    return out
+
+
+def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = ()):
     sel = window_rows(rows)
     if len({r["batch"] for r in sel}) < 2:
         return _empty("batch_window", "mini-batch training at several batch sizes on modern machines")
@@ -299,9 +441,10 @@ def fig_batch_window(rows: Sequence[Row]):
     for k, m in enumerate(machines):
         sub = sorted((r for r in sel if r["machine"] == m), key=lambda r: r["tokens"])
         colour = cmap(k % 10)
+        turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
         ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
-                color=colour, label=f"{_label(sub[0])}: turn at ≈{2 * sub[0]['balance']:.0f} tokens")
-        ax.axvline(2 * sub[0]["balance"], color=colour, ls=":", lw=1)
+                color=colour, label=f"{_label(sub[0])}: turn at ≈{turn:.0f} tokens")
+        ax.axvline(turn, color=colour, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch (tokens per weight visit: sequences × sequence length)")
@@ -309,8 +452,16 @@ def fig_batch_window(rows: Sequence[Row]):
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
-    _finish(fig, _sources("Dotted: 2 × balance tokens, where a step with bf16 weights and fp32 gradients "
-                          "is expected to turn compute-bound (each weight byte pair serves 2 FLOPs per token)."))
+    if model:
+        wb = model[0]
+        note = (f"Dotted: T_min = β · b_w / (F/P), with the step's own b_w = {wb['b_w']:.1f} B of weights and "
+                f"gradients per parameter per micro-batch and F/P = {wb['flops_per_token']:.2f} FLOP per "
+                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). Without "
+                "accumulation or fusion, which memwall does not model yet (issue 13), this is one micro-batch "
+                "per optimizer step.")
+    else:
+        note = "Dotted: 2 × balance tokens (the step's own bytes per parameter were not available)."
+    _finish(fig, _sources(note))
     return fig
 
 
@@ -461,6 +612,163 @@ def _empty_named(name: str, needs: str):
 # --------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------
+# 8. Roofline explorer
+
+
+ROOFLINE_MACHINES = ("h100-sxm", "a100-sxm", "v100-sxm2")
+
+
+def roofline_data(out: str | os.PathLike[str], rows: Sequence[Row]) -> dict[str, list[dict[str, Any]]]:
+    """Every kernel of every stored case of this sweep on a real machine, as a point
+    (intensity, achieved FLOP/s), and each of those machines' roofs.
+
+    The points come from the case records under ``out/cases`` (the sweep keeps each
+    kernel's FLOPs, seconds and bytes per level), the roofs from ``out/machines.json``,
+    which the sweep writes beside its cases. Intensity is FLOPs per byte of main-memory
+    traffic; a kernel that moves none is placed at its intensity against the level that
+    served it (named in ``intensity_level``).
+    """
+    from .store import Store
+    from .sweep import read_machine_roofs
+
+    wanted = {(r["machine"], r["network"], r["batch"], r.get("checkpoint"), r.get("updates"), r.get("phase"),
+               r.get("seq_len")) for r in _ok(rows) if not r.get("synthetic")}
+    store = Store(out)
+    points: list[dict[str, Any]] = []
+    for key in store.keys():
+        rec = store.get(key)
+        if not rec or rec.get("status") != "ok" or rec.get("model") != MODEL_VERSION or not rec.get("result"):
+            continue
+        row = rec["row"]
+        ident = (row["machine"], row["network"], row["batch"], row.get("checkpoint"), row.get("updates"),
+                 row.get("phase"), row.get("seq_len"))
+        if ident not in wanted:
+            continue
+        for k in rec["result"].get("kernels", ()):
+            if not k["flops"] or not k["seconds"]:
+                continue
+            level, moved = "memory", k["bytes"].get("memory", 0)
+            if not moved:
+                inner = [(n, b) for n, b in k["bytes"].items() if b]
+                level, moved = inner[-1] if inner else ("none", 0)
+            points.append({"machine": row["machine"], "name": row["name"], "network": row["network"],
+                           "batch": row["batch"], "checkpoint": row.get("checkpoint"), "kernel": k["name"],
+                           "phase": k["phase"], "op": k["op"], "flops": k["flops"], "seconds": k["seconds"],
+                           "intensity": k["flops"] / moved if moved else None, "intensity_level": level,
+                           "achieved_flops": k["achieved_flops"], "bound": k["bound"]})
+    machines = {p["machine"] for p in points}
+    roofs = [r for r in read_machine_roofs(out) if r["machine"] in machines]
+    return {"points": sorted(points, key=lambda p: (p["machine"], p["network"], p["batch"])), "roofs": roofs}
+
+
+def roof_lines(roof: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """(level, bytes/s) for main memory and each level with a bandwidth, outermost first."""
+    out = [("memory", float(roof["memory_bandwidth"]))]
+    out += [(lv["name"], float(lv["bandwidth"])) for lv in reversed(roof["levels"]) if lv.get("bandwidth")]
+    return out
+
+
+def roof_peak(roof: Mapping[str, Any], dtype: str | None = None) -> float:
+    peaks = roof["peak_flops"]
+    return float(peaks.get(dtype or roof["primary_dtype"]) or peaks[roof["primary_dtype"]])
+
+
+def fig_roofline(data: Mapping[str, Any]):
+    points = [p for p in data.get("points", ()) if p.get("intensity")]
+    if not points or not data.get("roofs"):
+        return _empty("roofline", "a sweep's stored cases on real machines, and its machines.json")
+    machines = [p["machine"] for p in points]
+    machine = next((m for m in ROOFLINE_MACHINES if m in machines), max(set(machines), key=machines.count))
+    pts = [p for p in points if p["machine"] == machine]
+    roof = next(r for r in data["roofs"] if r["machine"] == machine)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    cmap = plt.get_cmap("tab10")
+    for k, net in enumerate(dict.fromkeys(p["network"] for p in pts)):
+        sub = [p for p in pts if p["network"] == net]
+        label: str | None = net
+        for hollow in (False, True):
+            part = [p for p in sub if (p["intensity_level"] != "memory") == hollow]
+            if part:
+                ax.scatter([p["intensity"] for p in part], [p["achieved_flops"] for p in part], s=16,
+                           color="none" if hollow else cmap(k % 10), edgecolors=cmap(k % 10), label=label)
+                label = None
+    xs = np.logspace(math.log10(min(p["intensity"] for p in pts)) - 1,
+                     math.log10(max(p["intensity"] for p in pts)) + 1, 100)
+    peak = roof_peak(roof)
+    ax.axhline(peak, color="#222222", lw=1.2, label=f"peak {peak:.3g} FLOP/s ({roof['primary_dtype']})")
+    for j, (level, bw) in enumerate(roof_lines(roof)):
+        ax.plot(xs, np.minimum(bw * xs, peak), color="#222222" if j == 0 else "#888888",
+                ls="-" if j == 0 else "--", lw=1, label=f"{level} ceiling: {bw:.3g} B/s × intensity")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of main-memory traffic)")
+    ax.set_ylabel("achieved FLOP/s of the kernel")
+    ax.set_title(f"{roof['name']}: every kernel of each stored step under its roofs")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    _finish(fig, _sources("Hollow: kernels that move no main-memory bytes, placed at their intensity against "
+                          "the level that served them. Ceilings: each level's bandwidth from the profile."))
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# 9. Activation high-water
+
+
+HIGHWATER_BATCH = LEDGER_WIDTH
+HIGHWATER_CLASSES = ("weights", "gradients", "optimizer", "activations", "workspace", "input")
+
+
+def highwater_table(network: str = LEDGER_NETWORK, batch: int = HIGHWATER_BATCH,
+                    checkpoints: Sequence[str] = ("none", "sqrt")) -> list[dict[str, Any]]:
+    """Live bytes by tensor class after each kernel of the training step, per checkpointing."""
+    from ..networks import load_network
+    from ..workloads.config import TrainingConfig
+    from ..workloads.liveness import live_bytes
+    from ..workloads.step import declare
+
+    net = load_network(network)
+    out = []
+    for ck in checkpoints:
+        graph = declare(net, TrainingConfig(batch=batch, dtype=net.dtype, checkpoint=ck))
+        for i, r in enumerate(live_bytes(graph)):
+            out.append({"network": network, "batch": batch, "checkpoint": ck, "index": i, **r})
+    return out
+
+
+def fig_activation_highwater(table: Sequence[Mapping[str, Any]]):
+    if not table:
+        return _empty("activation_highwater", "a network whose training step builds")
+    plt = _plt()
+    cks = list(dict.fromkeys(r["checkpoint"] for r in table))
+    fig, axes = plt.subplots(1, len(cks), figsize=(6 * len(cks), 4.6), sharey=True, squeeze=False)
+    colours = {"weights": "#4c72b0", "gradients": "#8172b3", "optimizer": "#937860", "activations": "#c44e52",
+               "workspace": "#dd8452", "input": "#8c8c8c"}
+    for ax, ck in zip(axes[0], cks, strict=True):
+        sub = [r for r in table if r["checkpoint"] == ck]
+        xs = [r["index"] for r in sub]
+        classes = [c for c in HIGHWATER_CLASSES if any(r.get(c) for r in sub)]
+        ax.stackplot(xs, [[r[c] / 2 ** 20 for r in sub] for c in classes], labels=classes,
+                     colors=[colours[c] for c in classes], alpha=0.85)
+        peak = max(sub, key=lambda r: r["activations"])
+        ax.set_title(f"checkpoint {ck}: activations peak at {peak['activations'] / 2 ** 20:.0f} MiB "
+                     f"({peak['kernel']})", fontsize=9)
+        ax.set_xlabel("kernel of the step, in order (forward, then backward and update)")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("live bytes (MiB)")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    _finish(fig, f"{table[0]['network']} at batch {table[0]['batch']}: live bytes per tensor class while each "
+            f"kernel runs, from the lifetimes memwall {MODEL_VERSION} derives (workloads/liveness.py); no "
+            "simulation needed.")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Writing, redrawn only when a figure's data changed
+
+
 def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
     """Write ``name.png`` and ``name.svg`` and close the figure."""
     plt = _plt()
@@ -473,31 +781,90 @@ def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
     return paths
 
 
+def _network_inputs(network: str, **params: Any) -> dict[str, Any]:
+    from .sweep import network_info
+
+    return {"model": MODEL_VERSION, "network": network_info(network).fingerprint, **params}
+
+
+def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
+    """What figure ``name`` was last drawn from (``figures/name.json``): ``data`` (table
+    name -> records), ``inputs`` and ``digest``; None if it was never drawn."""
+    import json
+
+    path = Path(folder) / "figures" / f"{name}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   machines: Sequence[Mapping[str, Any]] | None = None,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
                   only: Iterable[str] | None = None,
                   measurements: str | os.PathLike[str] | None = None) -> dict[str, list[Path]]:
-    """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> paths.
+    """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
-    ``machines`` (see :func:`machine_table`) and ``ledger`` (see :func:`ledger_table`)
-    default to the shipped profiles and the affine-48x1024 network's steps; the validation
-    figure predicts the shipped measurements, or those in ``measurements`` (file or folder).
+    Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
+    ``name.json`` (all its tables, what they were computed from, and their digest). A
+    figure whose data has the digest it was last drawn with is not drawn again; data that
+    needs no sweep (the ledger, the high-water) is reused while the model and the network
+    are unchanged. ``machines`` (see :func:`machine_table`) and ``ledger`` (see
+    :func:`ledger_table`) default to the shipped profiles and the affine-48x1024 network's
+    steps; the validation figure predicts the shipped measurements, or those in
+    ``measurements`` (file or folder).
     """
+    import hashlib
+
+    from .store import atomic_write, dumps, write_csv
+
     names = list(only) if only else list(NAMES)
     folder = Path(out) / "figures"
-    makers: dict[str, Callable[[], Any]] = {
-        "balance_drift": lambda: fig_balance_drift(machines if machines is not None else machine_table()),
-        "regime_flip": lambda: fig_regime_flip(rows),
-        "stall_breakdown": lambda: fig_stall_breakdown(rows),
-        "batch_window": lambda: fig_batch_window(rows),
-        "capacity_ledger": lambda: fig_capacity_ledger(ledger if ledger is not None else ledger_table()),
-        "synthetic_balance": lambda: fig_synthetic_balance(rows),
+    tables: dict[str, tuple[Callable[[], Any] | None, Callable[[], dict[str, Any]], Callable[[Any], Any]]] = {
+        # name: (inputs that make the data reusable or None, the data, its drawing)
+        "balance_drift": (None, lambda: {"machines": list(machines if machines is not None else machine_table()),
+                                         "fits": drift_fits(machines if machines is not None else machine_table())},
+                          lambda d: fig_balance_drift(d["machines"])),
+        "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
+        "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},
+                            lambda d: fig_stall_breakdown(d["rows"])),
+        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows))},
+                         lambda d: fig_batch_window(d["rows"], d.get("model", ()))),
+        "capacity_ledger": ((lambda: _network_inputs(LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
+                            lambda: {"ledger": list(ledger if ledger is not None else ledger_table())},
+                            lambda d: fig_capacity_ledger(d["ledger"])),
+        "synthetic_balance": (None, lambda: {"rows": per_example_rows(rows, synthetic=True)},
+                              lambda d: fig_synthetic_balance(d["rows"])),
+        "roofline": (None, lambda: roofline_data(out, rows), fig_roofline),
+        "activation_highwater": (lambda: _network_inputs(LEDGER_NETWORK, batch=HIGHWATER_BATCH),
+                                 lambda: {"live": highwater_table()}, lambda d: fig_activation_highwater(d["live"])),
     }
-    written = {name: save(makers[name](), folder, name) for name in names if name in makers}
+    written: dict[str, list[Path]] = {}
+    for name in names:
+        if name not in tables:
+            continue
+        inputs_of, data_of, draw = tables[name]
+        stored = figure_data(out, name)
+        inputs = inputs_of() if inputs_of else None
+        if inputs is not None and stored and stored.get("inputs") == inputs:
+            data = stored["data"]
+        else:
+            data = data_of()
+        digest = hashlib.sha256(dumps({"model": MODEL_VERSION, "data": data}).encode()).hexdigest()
+        paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+        if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
+            written[name] = paths
+            continue
+        written[name] = save(draw(data), folder, name)
+        first = next(iter(data))
+        write_csv(folder / f"{name}.csv", data[first])
+        for extra in list(data)[1:]:
+            write_csv(folder / f"{name}-{extra}.csv", data[extra])
+        atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
         from .validate import write_validation
 
         written["validation"] = write_validation(out, measurements)
-    return written
+    return {n: written[n] for n in NAMES if n in written}

@@ -56,8 +56,9 @@ class Store:
     """The records of one sweep folder."""
 
     def __init__(self, root: str | os.PathLike[str],
-                 on_damaged: Callable[[str], None] | None = _warn) -> None:
+                 on_damaged: Callable[[str], None] | None = _warn, content: str = "row") -> None:
         self.root = Path(root)
+        self.content = content  # the table every record must hold: a sweep's "row", a prediction's "result"
         self.cases = self.root / CASES_DIR
         self.quarantine = self.cases / QUARANTINE_DIR
         self.on_damaged = on_damaged
@@ -87,7 +88,7 @@ class Store:
             return self._damaged(key, "not UTF-8 text")
         except json.JSONDecodeError as err:
             return self._damaged(key, f"not JSON ({err.msg} at line {err.lineno})")
-        reason = _check(record, key)
+        reason = _check(record, key, self.content)
         return self._damaged(key, reason) if reason else record
 
     def _damaged(self, key: str, reason: str) -> None:
@@ -184,14 +185,15 @@ def checksum(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(dumps(body).encode("utf-8")).hexdigest()
 
 
-def _check(record: Any, key: str) -> str | None:
-    """Why ``record`` is not a usable record for ``key``, or None."""
+def _check(record: Any, key: str, content: str = "row") -> str | None:
+    """Why ``record`` is not a usable record for ``key`` holding a ``content`` table, or None."""
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not a record"
     if record.get("key") != key:
         return f"holds key {record.get('key')!r}, not its file name's"
-    if not isinstance(record.get("row"), dict):
-        return "no 'row' table" if "row" not in record else f"'row' is {type(record['row']).__name__}, not a table"
+    if not isinstance(record.get(content), dict):
+        return (f"no '{content}' table" if content not in record
+                else f"'{content}' is {type(record[content]).__name__}, not a table")
     if record.get("status") not in ("ok", "error"):
         return f"status {record.get('status')!r} is neither 'ok' nor 'error'"
     if "checksum" not in record:
@@ -294,6 +296,28 @@ def write_tables(root: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
     full = [{c: row.get(c) for c in cols} for row in rows]
     _atomic_write(json_path, dumps({"columns": cols, "rows": full}))
     return csv_path, json_path
+
+
+def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]],
+              leading: Sequence[str] = ()) -> Path:
+    """Write ``rows`` as CSV (columns: ``leading``, then first appearance), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = columns_of(rows, leading)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(cols)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in cols])
+    _atomic_write(path, buf.getvalue())
+    return path
+
+
+def atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, text)
 
 
 # What every row of results.json must hold for the report and figures to use it; every

@@ -34,7 +34,7 @@ from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import Case
 from ..vocabulary import PHASES, UPDATES, parse_checkpoint
-from .store import Store, dumps, write_tables
+from .store import Store, atomic_write, dumps, write_tables
 
 if TYPE_CHECKING:
     from ..profiles import Machine
@@ -627,9 +627,44 @@ def run_sweep(
     rows = [rec["row"] for rec in (store.get(keys[c]) for c in cases) if rec is not None]
     rows.sort(key=row_order)
     write_tables(out, rows, COLUMNS)
+    write_machine_roofs(out, dict.fromkeys(c.machine for c in cases))
     failed = [r for r in rows if r["status"] != "ok"]
     return SweepResult(out=Path(out), rows=rows, computed=computed, reused=reused, failed=failed,
                        damaged=list(store.damaged), shared=feeder.shared)
+
+
+MACHINES_JSON = "machines.json"
+
+
+def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
+    """Each machine's roofs, for the report's roofline: peak FLOP/s per dtype, main-memory
+    bandwidth and capacity, and each level's size and bandwidth (None where the profile
+    gives none)."""
+    out = []
+    for spec in specs:
+        m = load_machine_spec(spec)
+        out.append({"machine": spec, "name": machine_info(spec).name, "year": m.year, "kind": m.kind,
+                    "primary_dtype": m.primary_dtype, "peak_flops": dict(m.peak_flops),
+                    "memory_bandwidth": m.memory.bandwidth, "memory_capacity": m.memory.capacity,
+                    "levels": [{"name": lv.name, "size": lv.size, "bandwidth": lv.bandwidth} for lv in m.levels]})
+    return out
+
+
+def write_machine_roofs(out: str | os.PathLike[str], specs: Iterable[str]) -> Path:
+    """``out/machines.json``: :func:`machine_roofs` of the sweep's machines, beside its cases."""
+    path = Path(out) / MACHINES_JSON
+    atomic_write(path, dumps({"machines": machine_roofs(specs)}))
+    return path
+
+
+def read_machine_roofs(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The roofs a sweep stored (empty if it stored none)."""
+    import json
+
+    try:
+        return list(json.loads((Path(out) / MACHINES_JSON).read_text(encoding="utf-8"))["machines"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:

@@ -356,14 +356,51 @@ def validation_figure(cases: Iterable[CaseResult], out_dir: str | Path) -> list[
     return paths
 
 
+def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> Predictor:
+    """``predictor`` (default :func:`memwall.simulate.run_case`), its answers stored in
+    ``folder`` like sweep cases: keyed by the case, the machine profile, the network and
+    :data:`memwall.MODEL_VERSION`, so a rerun predicts only what changed."""
+    from .store import Store
+    from .sweep import case_key
+
+    store = Store(folder, content="result")
+    predict = predictor or default_predictor()
+
+    def run(case: Case) -> Mapping[str, Any]:
+        key = case_key(case)
+        rec = store.get(key)
+        if rec is not None and rec.get("status") == "ok":
+            return rec["result"]
+        result = dict(predict(case))
+        result.pop("kernels", None)  # the judge needs the step's totals, not its kernels
+        store.put({"key": key, "status": "ok", "case": case.as_dict(), "result": result})
+        return result
+
+    return run
+
+
 def write_validation(out: str | Path, measurements: str | Path | None = None) -> list[Path]:
     """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
     a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
-    ``.svg``) beside its figures."""
+    ``.svg``, and the figure's data as ``.csv``) beside its figures.
+
+    Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), and the
+    figure is redrawn only when the table it draws differs from the one last drawn."""
     from .measurements import load_measurements
+    from .store import atomic_write, write_csv
 
     out = Path(out)
-    results = validate(load_measurements(measurements))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "validation.json").write_text(json.dumps(to_json(results), indent=1) + "\n", encoding="utf-8")
-    return validation_figure(results, out / "figures")
+    results = validate(load_measurements(measurements), cached_predictor(out / "validation"))
+    data = to_json(results)
+    text = json.dumps(data, indent=1) + "\n"
+    figdir = out / "figures"
+    paths = [figdir / "validation.png", figdir / "validation.svg"]
+    old = out / "validation.json"
+    same = old.is_file() and old.read_text(encoding="utf-8") == text and all(p.is_file() for p in paths)
+    if same:
+        return paths
+    atomic_write(old, text)
+    paths = validation_figure(results, figdir)
+    write_csv(figdir / "validation.csv", data["cases"])
+    return paths

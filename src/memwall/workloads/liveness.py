@@ -122,3 +122,33 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
     ledger = Ledger(**{c: al.peak[c] for c in CLASSES}, peak=al.peak_total)
     live = tuple(t for t, r in owned.items() if al.is_live(r))
     return kernels, Layout(refs, alloc_before, free_after, ledger, live)
+
+
+def live_bytes(graph: Graph) -> list[dict[str, int | str]]:
+    """Live bytes per tensor class after each kernel, by the lifetimes :func:`derive` uses.
+
+    One dict per kernel, in step order: ``kernel``, ``phase`` and, for each class of
+    :data:`~memwall.workloads.allocator.CLASSES`, the bytes allocated while the kernel runs (the activation high-water curve: rising through the
+    forward pass, falling through the backward). Sizes are the tensors' own bytes, not
+    the allocator's rounded blocks.
+    """
+    cls = classes(graph)
+    alloc_before, free_after = lifetimes(graph)
+    size = {tid: graph.tensors[tid].bytes for tid in alloc_before}
+    born: dict[int, list[str]] = {}
+    dies: dict[int, list[str]] = {}
+    for tid, j in alloc_before.items():
+        born.setdefault(j, []).append(tid)
+        end = free_after[tid]
+        if end is not None:
+            dies.setdefault(end, []).append(tid)
+    live = dict.fromkeys(CLASSES, 0)
+    out: list[dict[str, int | str]] = []
+    for j, op in enumerate(graph.ops):
+        for tid in born.get(j, ()):
+            live[cls[tid]] += size[tid]
+        # The peak is while the kernel runs: report it before this kernel's last uses go.
+        out.append({"kernel": op.name, "phase": op.phase, **live, "total": sum(live.values())})
+        for tid in dies.get(j, ()):
+            live[cls[tid]] -= size[tid]
+    return out

@@ -1,0 +1,50 @@
+"""A rerun recomputes nothing: the model version follows the source, validation
+predictions are stored like cases, and the validation figure is redrawn only on change."""
+
+from __future__ import annotations
+
+import memwall
+from memwall.experiments.validate import cached_predictor, write_validation
+from memwall.simulate import Case
+
+
+def test_model_version_hashes_the_lowering_and_timing_source(monkeypatch, tmp_path):
+    assert memwall.MODEL_VERSION.startswith(memwall.__version__ + "+")
+    before = memwall._model_hash()
+    # The same hash from a copy of the package with one timing line changed differs.
+    import shutil
+    from pathlib import Path
+
+    copy = tmp_path / "memwall"
+    shutil.copytree(Path(memwall.__file__).parent, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    monkeypatch.setattr(memwall, "__file__", str(copy / "__init__.py"))
+    assert memwall._model_hash() == before
+    (copy / "timing.py").write_text((copy / "timing.py").read_text() + "\n# changed\n")
+    assert memwall._model_hash() != before
+
+
+def test_predictions_are_stored_and_reused(tmp_path):
+    calls = []
+
+    def predictor(case):
+        calls.append(case)
+        return {"seconds": 2.0, "batch": case.batch, "bound": "compute", "kernels": [1, 2]}
+
+    case = Case(machine="h100-sxm", gemm=(64, 64, 64), dtype="bf16", phase="forward")
+    first = cached_predictor(tmp_path, predictor)(case)
+    again = cached_predictor(tmp_path, predictor)(case)  # a new run, the same folder
+    assert len(calls) == 1 and first == again and "kernels" not in again
+    cached_predictor(tmp_path, predictor)(Case(machine="h100-sxm", gemm=(64, 64, 128), dtype="bf16",
+                                               phase="forward"))
+    assert len(calls) == 2
+
+
+def test_validation_figure_is_redrawn_only_on_change(tmp_path, pyplot, fast_measurements):
+    png, svg = write_validation(tmp_path, fast_measurements)
+    assert (tmp_path / "figures" / "validation.csv").is_file()
+    png.write_bytes(b"marker")
+    write_validation(tmp_path, fast_measurements)
+    assert png.read_bytes() == b"marker"
+    (tmp_path / "validation.json").write_text("{}")  # what was drawn differs: redraw
+    write_validation(tmp_path, fast_measurements)
+    assert png.read_bytes() != b"marker"
