@@ -129,3 +129,28 @@ def test_bad_accumulation_settings_are_refused_by_field(config, field):
     with pytest.raises(InputError) as err:
         TrainingConfig(**config)
     assert err.value.field == field
+
+
+def test_sweep_runs_every_accumulation_and_fusion_listed():
+    import argparse
+
+    from memwall.cli.sweep import build_cases
+
+    args = argparse.Namespace(machines=["h100-sxm"], networks=["nettalk"], batches=["1,4"], checkpoint=None,
+                              updates=None, phase=None, quick=False, accumulate=["1,8"], fusion=["none", "full"])
+    cases = build_cases(args)
+    assert len(cases) == 2 * 2 * 2
+    assert {(c.batch, c.accumulate, c.fusion) for c in cases} == {
+        (b, k, f) for b in (1, 4) for k in (1, 8) for f in ("none", "full")}
+    with pytest.raises(InputError):
+        build_cases(argparse.Namespace(**{**vars(args), "accumulate": ["0"]}))
+    with pytest.raises(InputError):
+        build_cases(argparse.Namespace(**{**vars(args), "fusion": ["most"]}))
+
+
+def test_sweep_key_of_a_default_case_is_unchanged_by_the_new_fields():
+    from memwall.experiments.sweep import case_key
+
+    base = Case(machine="h100-sxm", network="nettalk")
+    assert case_key(base) == case_key(Case(machine="h100-sxm", network="nettalk", accumulate=1, fusion="none"))
+    assert case_key(base) != case_key(Case(machine="h100-sxm", network="nettalk", accumulate=2))
