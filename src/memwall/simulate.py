@@ -4,7 +4,10 @@ Owns: :class:`Case` (what to run: machine, network or GEMM, batch, configuration
 :func:`run_case`, which builds the step, lowers each kernel by the machine's schedule,
 replays the streams through the machine's cache levels, and times the counts with the
 machine's timing model. The result is the JSON-able dict that ``memwall inspect``
-prints and each row of a sweep is made from.
+prints and each row of a sweep is made from. With gradient accumulation the micro-batch
+is replayed once and counted K times beside one update (:func:`accumulated`); the result
+then gives per micro-batch and per optimizer step figures, MFU (model FLOPs, no
+recomputation) and HFU (every FLOP run), and the seed model's ``a`` and ``d_min``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .timing import (
 from .units import format_time
 from .workloads.config import TrainingConfig
 from .workloads.lowering import Lowered, lower
-from .workloads.step import Kernel, Step, build_step, gemm_step
+from .workloads.step import Kernel, Step, activation_traffic, build_step, d_min, gemm_step
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class Case:
     seq_len: int | None = None  # None: the preset's
     gemm: tuple[int, int, int] | None = None  # (M, N, K) for a single product
     dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
+    accumulate: int = 1  # micro-batches of ``batch`` per optimizer step
+    fusion: str = "none"  # none | epilogue | full
+    grad_dtype: str | None = None  # None: fp32 main gradients when mixed precision accumulates, else the dtype
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +98,9 @@ def build_case_step(case: Case) -> Step:
         checkpoint=case.checkpoint,
         seq_len=case.seq_len,
         phase=case.phase,
+        accumulate=case.accumulate,
+        grad_dtype=case.grad_dtype,
+        fusion=case.fusion,
     )
     return build_step(network, config)
 
@@ -416,6 +425,65 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     }
 
 
+def accumulated(timing: StepTiming, k: int) -> StepTiming:
+    """One optimizer step from one replayed micro-batch step: every kernel but the update K times.
+
+    The micro-batch kernels and the update were replayed once each; repeating the
+    micro-batch K times is a count, not K more replays (the caches see the same kernels
+    again)."""
+    if k == 1:
+        return timing
+    kernels = [t if t.phase == "update" else replace(
+        t, flops=t.flops * k, repeat=t.repeat * k, compute=t.compute * k, overhead=t.overhead * k,
+        stall={n: v * k for n, v in t.stall.items()}, bytes={n: v * k for n, v in t.bytes.items()})
+        for t in timing.kernels]
+    out = replace(timing, kernels=kernels, examples=timing.examples * k)
+    # K micro-batches issue K times the kernels: the dispatch streams follow the counts.
+    out.dispatch = apply_dispatch(timing.machine, kernels, timing.iterations,
+                                  timing.dispatch.mode if timing.dispatch is not None else None)
+    return out
+
+
+def _per_step(case: Case, step: Step, timing: StepTiming) -> dict:
+    """Per micro-batch and per optimizer step: seconds, throughput, MFU and HFU."""
+    k = step.config.accumulate
+    seconds = timing.seconds
+    update = timing.iterations * sum(t.seconds for t in timing.kernels if t.phase == "update")
+    micro = (seconds - update) / k
+    recompute = timing.iterations * sum(t.flops for t in timing.kernels if t.phase == "recompute")
+    model_flops = timing.flops - recompute
+    tokens, examples = step.tokens, step.examples
+
+    def rates(s: float, n: int) -> float:
+        return n / s if s > 0 else 0.0
+
+    return {
+        "accumulate": k,
+        "fusion": step.config.fusion,
+        "grad_dtype": step.config.gradient_dtype if step.config.training else None,
+        "model_flops": model_flops,
+        "mfu": model_flops / seconds / timing.peak if seconds > 0 else 0.0,
+        "hfu": timing.flops / seconds / timing.peak if seconds > 0 else 0.0,
+        "micro_batch": {"seconds": micro, "examples": examples, "tokens": tokens,
+                        "examples_per_second": rates(micro, examples), "tokens_per_second": rates(micro, tokens)},
+        "optimizer_step": {"seconds": seconds, "optimizer_seconds": update,
+                           "optimizer_share": update / seconds if seconds > 0 else 0.0,
+                           "examples": k * examples, "tokens": k * tokens,
+                           "examples_per_second": rates(seconds, k * examples),
+                           "tokens_per_second": rates(seconds, k * tokens)},
+    }
+
+
+def _seed(step: Step, machine: Machine) -> dict:
+    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine."""
+    traffic = activation_traffic(step)
+    if traffic is None:
+        return {"a": None, "d_min": None}
+    return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance())}
+
+
+
+
 def _dispatch_dict(timing: StepTiming) -> dict:
     d = timing.dispatch
     if d is None:
@@ -462,4 +530,8 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
             progress(done, plan.lookups)
 
     timing = simulate_step(machine, step, plan=plan, progress=tick, dispatch=case.dispatch)
-    return result_dict(case, step, timing)
+    timing = accumulated(timing, step.config.accumulate)
+    result = result_dict(case, step, timing)
+    result.update(_per_step(case, step, timing))
+    result.update(_seed(step, machine))
+    return result

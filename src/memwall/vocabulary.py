@@ -1,7 +1,7 @@
 """The words memwall's files, configurations, sweeps and command line share.
 
 Owns: the allowed values of the case options (phases, update modes, optimizers, training
-dtypes, activation checkpointing and its syntax), so a loader, the configuration, the
+dtypes, kernel fusion, activation checkpointing and its syntax), so a loader, the configuration, the
 sweep and the CLI all accept exactly the same spellings and say the same thing about a
 wrong one. Nothing here knows what a word does; the stage that uses it does.
 """
@@ -21,6 +21,10 @@ TRAINING_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 # How kernels reach the device (docs/timing.md, "Dispatch"): a framework issuing kernel by
 # kernel, a captured graph replayed, or one compiled program per step.
 DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
+# Kernel fusion: none; epilogue (bias and activation folded into the product that makes
+# their input, as cuBLASLt epilogues do); full (also dropout + residual + norm in one
+# kernel and the optimizer as one multi-tensor kernel per layer: Megatron-LM, apex).
+FUSIONS: tuple[str, ...] = ("none", "epilogue", "full")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers

@@ -10,6 +10,7 @@ from ..units import format_bytes, format_flop_rate, format_time
 from ..vocabulary import CHECKPOINT_SYNTAX, DISPATCH_MODES, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
 from . import add_command
 from ._output import print_json
+from .step import add_training_arguments
 
 
 def parse_gemm(text: str) -> tuple[int, int, int]:
@@ -46,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default=None,
                    help=f"{' | '.join(TRAINING_DTYPES)} (default: the network's own; fp32 for --gemm)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
+    add_training_arguments(p)
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
@@ -105,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         gemm=args.gemm,
         dispatch=args.dispatch,
+        accumulate=args.accumulate,
+        fusion=args.fusion,
+        grad_dtype=args.grad_dtype,
     )
     machine = None
     if args.sets:
@@ -174,6 +179,15 @@ def render(result: dict) -> str:
         + (f"; {result['cups']:.4g} CUPS" if result["cups"] else "")
         + (f"; {result['cps']:.4g} connections/s" if result["cps"] else "")
     )
+    if result.get("accumulate", 1) > 1:
+        mb, st = result["micro_batch"], result["optimizer_step"]
+        lines.append(
+            f"per micro-batch {format_time(mb['seconds'])}; per optimizer step ({result['accumulate']} micro-batches) "
+            f"{format_time(st['seconds'])}, optimizer {100 * st['optimizer_share']:.1f}% of it"
+        )
+    if result.get("mfu") is not None and result["phase"] == "train":
+        seed = f"; a = {result['a']:.4g} B/(d.token.layer), d_min {result['d_min']:.4g}" if result.get("a") else ""
+        lines.append(f"MFU {100 * result['mfu']:.1f}%, HFU {100 * result['hfu']:.1f}% (fusion {result['fusion']}){seed}")
     ledger = result["ledger"]
     lines.append(
         "capacity: peak "

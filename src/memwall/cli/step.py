@@ -10,7 +10,7 @@ from typing import Any
 
 from ..networks import load_network
 from ..units import format_bytes
-from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..vocabulary import CHECKPOINT_SYNTAX, FUSIONS, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step
 from . import add_command
@@ -32,14 +32,28 @@ def add_step_arguments(p: Any) -> None:
     p.add_argument("--updates", default="minibatch", choices=UPDATES)
     p.add_argument("--phase", default="train", choices=PHASES)
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
+    add_training_arguments(p)
     p.add_argument("--expand-repeats", action="store_true", help="list every transformer layer instead of scaling one")
+
+
+def add_training_arguments(p: Any) -> None:
+    """Accumulation and fusion (shared with ``memwall inspect``)."""
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="micro-batches of --batch per optimizer step (default 1)")
+    p.add_argument("--grad-dtype", default=None, choices=TRAINING_DTYPES,
+                   help="the gradients' type (default: fp32 main gradients when a 16-bit step accumulates, "
+                        "else the step's dtype)")
+    p.add_argument("--fusion", default="none", choices=FUSIONS,
+                   help="none (default), epilogue (bias and activation in the product), full (also dropout + "
+                        "residual + norm, and a multi-tensor optimizer)")
 
 
 def step_from_args(args: Any) -> Step:
     net = load_network(args.network)
     cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
                          dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
-                         phase=args.phase)
+                         phase=args.phase, accumulate=args.accumulate, grad_dtype=args.grad_dtype,
+                         fusion=args.fusion)
     return build_step(net, cfg, expand_repeats=args.expand_repeats)
 
 
@@ -72,6 +86,14 @@ def cmd_step(args: Any) -> int:
             dims = f"{k.batch}*({dims})"
         print(f"{k.phase:<9} {k.op:<11} {k.name[:30]:<30} {dims:<22} {k.repeat:>6} {k.flops:>16,}")
     print("FLOPs per step: " + ", ".join(f"{p} {_flops(v)}" for p, v in step.flops.items()))
+    if cfg.accumulate > 1:
+        per = step.optimizer_step()
+        print(f"per optimizer step ({per['micro_batches']} micro-batches, {cfg.gradient_dtype} gradients): "
+              f"{_flops(per['flops'])}")
+    traffic = step.as_dict()["activation_traffic"]
+    if traffic is not None:
+        print(f"activation traffic between kernels (seed model's a, fusion {cfg.fusion}): "
+              f"{traffic['a']:.4g} B per d per token per layer")
     led = step.ledger
     print("ledger (peak live): " + ", ".join(f"{k} {format_bytes(v)}" for k, v in led.as_dict().items()))
     return 0

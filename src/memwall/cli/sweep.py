@@ -3,6 +3,7 @@
 With no --machines/--networks/--batches/--checkpoint it runs the default study (see
 :func:`memwall.experiments.sweep.study`); with any of them, the product of the given
 axes (unset axes: every machine, the classic networks, batch 1, no checkpointing).
+--accumulate and --fusion multiply any set of cases by every value they list.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from dataclasses import replace
 
 from ..errors import InputError
-from ..vocabulary import CHECKPOINT_SYNTAX, PHASES, UPDATES
+from ..vocabulary import CHECKPOINT_SYNTAX, FUSIONS, PHASES, UPDATES, check_word
 from . import add_command
 from .inspect import _count
 
@@ -47,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--networks", nargs="+", metavar="ID", help="network preset ids or preset .toml paths")
     p.add_argument("--batches", nargs="+", metavar="B", help="batch sizes (examples, or sequences)")
     p.add_argument("--checkpoint", nargs="+", metavar="MODE", help=CHECKPOINT_SYNTAX)
+    p.add_argument("--accumulate", nargs="+", metavar="K", help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--fusion", nargs="+", metavar="MODE", help=f"{' | '.join(FUSIONS)} (default none)")
     p.add_argument("--updates", choices=UPDATES, help="override updates on every case")
     p.add_argument("--phase", choices=PHASES, help="override the phase on every case")
     p.add_argument("--dispatch", nargs="+", metavar="MODE",
@@ -100,7 +103,25 @@ def build_cases(args: argparse.Namespace) -> list:
         for mode in modes:
             sw.check_dispatch(mode)
         cases = [replace(c, dispatch=mode) for c in cases for mode in modes]
-    return cases
+    accumulate = _ints(args.accumulate, "--accumulate")
+    fusions = _split(args.fusion)
+    for f in fusions or ():
+        check_word(f, FUSIONS, "--fusion")
+    if accumulate is None and fusions is None:
+        return cases
+    return [replace(c, accumulate=k, fusion=f) for c in cases for k in accumulate or [1] for f in fusions or ["none"]]
+
+
+def _ints(values: list[str] | None, field: str) -> list[int] | None:
+    items = _split(values)
+    if items is None:
+        return None
+    out = []
+    for v in items:
+        if not v.isdigit() or int(v) < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", field=field)
+        out.append(int(v))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

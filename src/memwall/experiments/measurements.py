@@ -28,7 +28,15 @@ from typing import Any
 
 from ..errors import InputError
 from ..schema import Field, Problems, Table, read_toml, walk
-from ..vocabulary import CHECKPOINT_SYNTAX, DISPATCH_MODES, OPTIMIZERS, PHASES, UPDATES, parse_checkpoint
+from ..vocabulary import (
+    CHECKPOINT_SYNTAX,
+    DISPATCH_MODES,
+    FUSIONS,
+    OPTIMIZERS,
+    PHASES,
+    UPDATES,
+    parse_checkpoint,
+)
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -55,7 +63,7 @@ RELIABILITIES = ("high", "medium", "low")
 CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
 # Keys that describe a training step, not a single product.
-_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer")
+_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -95,6 +103,11 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("checkpoint", "str", "activation checkpointing", parse=_checkpoint, default="none",
           unit=f"`{CHECKPOINT_SYNTAX}`"),
     Field("optimizer", "word", "the optimizer's update", choices=OPTIMIZERS, default="sgd"),
+    Field("accumulate", "int", "micro-batches of 'batch' per optimizer step (gradient accumulation)", minimum=1,
+          default=1),
+    Field("fusion", "word", "kernel fusion the measured run used: none, epilogue (bias and activation in the "
+          "product), full (also dropout + residual + norm, multi-tensor optimizer)", choices=FUSIONS,
+          default="none"),
     Field("gemm", "any", "a single matrix product C[MxN] = A[MxK] B[KxN], 2 M N K FLOPs (instead of 'network')",
           parse=_gemm, unit="`\"M,N,K\"`"),
     Field("metric", "word", "what 'value' measures (see below)", required=True, choices=tuple(METRICS),
@@ -142,6 +155,8 @@ class Measurement:
     seq_len: int | None = None
     checkpoint: str = "none"
     optimizer: str = "sgd"
+    accumulate: int = 1
+    fusion: str = "none"
     gemm: tuple[int, int, int] | None = None
     check: str = "point"
     year: int | None = None
@@ -166,6 +181,10 @@ class Measurement:
             parts.append(f"seq={self.seq_len}")
         if self.checkpoint != "none":
             parts.append(f"ckpt={self.checkpoint}")
+        if self.accumulate != 1:
+            parts.append(f"accumulate={self.accumulate}")
+        if self.fusion != "none":
+            parts.append(f"fusion={self.fusion}")
         return " ".join(parts)
 
 

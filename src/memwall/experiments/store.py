@@ -326,7 +326,7 @@ ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
     "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
-ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch"})
+ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion"})
 
 
 def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import Case
-from ..vocabulary import PHASES, UPDATES, parse_checkpoint
+from ..vocabulary import FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
 from .store import Store, atomic_write, dumps, write_tables
 
 if TYPE_CHECKING:
@@ -62,7 +62,11 @@ COLUMNS = (
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
+    "accumulate", "fusion", "mfu", "hfu",
 )
+# Case fields added after results were first stored: left out of a case's key at their
+# default, so results stored before them are still found.
+_LATER_DEFAULTS = {"accumulate": 1, "fusion": "none", "grad_dtype": None}
 
 _SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
 
@@ -325,6 +329,9 @@ def validate(cases: Sequence[Case]) -> None:
         check_dispatch(case.dispatch)
         if case.updates not in UPDATES:
             raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
+        if isinstance(case.accumulate, bool) or not isinstance(case.accumulate, int) or case.accumulate < 1:
+            raise InputError(f"accumulate must be a whole number >= 1, got {case.accumulate!r}", field="accumulate")
+        check_word(case.fusion, FUSIONS, "fusion")
         if case.phase not in PHASES:
             raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
     for spec in dict.fromkeys(c.machine for c in cases):
@@ -342,7 +349,8 @@ def case_key(case: Case) -> str:
     """What a stored result depends on: the profile, the network, the case and the model."""
     m = machine_info(case.machine)
     net = network_info(case.network).fingerprint if case.network else None
-    payload = {"model": MODEL_VERSION, "case": case.as_dict(), "machine": m.fingerprint, "network": net}
+    fields = {k: v for k, v in case.as_dict().items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
+    payload = {"model": MODEL_VERSION, "case": fields, "machine": m.fingerprint, "network": net}
     return hashlib.sha256(dumps(payload).encode()).hexdigest()[:32]
 
 
@@ -357,6 +365,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
+        "accumulate": case.accumulate, "fusion": case.fusion,
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if error or result is None:
@@ -373,6 +382,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "achieved_flops": float(result["achieved_flops"]),
         "peak_flops": float(result["peak_flops"]),
         "bound": result["bound"],
+        "mfu": result.get("mfu"),
+        "hfu": result.get("hfu"),
         "cycles_total": total,
         "compute_fraction": _share(cycles["compute"], total),
         "overhead_fraction": _share(cycles["overhead"], total),
@@ -401,7 +412,8 @@ def row_order(row: Mapping[str, Any]) -> tuple:
         return "" if v is None else str(v)
     return (row["year"], s(row["machine"]).split("@")[0], row.get("bandwidth") or 0.0, s(row["machine"]),
             s(row["network"]), s(row["phase"]), s(row["updates"]), s(row["checkpoint"]),
-            s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"])
+            s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"],
+            row.get("accumulate") or 1, s(row.get("fusion")))
 
 
 # --------------------------------------------------------------------------------------

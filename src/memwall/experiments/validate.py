@@ -101,6 +101,8 @@ def case_for(m: Measurement) -> Case:
         dtype=m.dtype,
         seq_len=m.seq_len,
         dispatch=m.dispatch,
+        accumulate=m.accumulate,
+        fusion=m.fusion,
     )
 
 
@@ -112,7 +114,8 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
     if not isinstance(seconds, int | float) or seconds <= 0:
         raise InputError(f"the prediction has no positive 'seconds' (got {seconds!r})", field="seconds")
     seconds = float(seconds)
-    examples = prediction.get("batch", batch)
+    # with gradient accumulation a step is an optimizer step of accumulate x batch examples
+    examples = (prediction.get("optimizer_step") or {}).get("examples") or prediction.get("batch", batch)
     if metric == "seconds":
         return seconds
     if metric == "flops":

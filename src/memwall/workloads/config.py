@@ -1,7 +1,8 @@
 """Training configurations: what one step of training does, independent of the network.
 
 Owns: :class:`TrainingConfig` (batch, update rule, optimizer, precision, activation
-checkpointing, sequence length, phase), its checks, and the byte sizes and optimizer
+checkpointing, sequence length, phase, gradient accumulation and its gradient precision,
+kernel fusion), its checks, and the byte sizes and optimizer
 state each choice implies.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..vocabulary import DTYPE_BYTES, OPTIMIZERS, PHASES, UPDATES, check_word, parse_checkpoint
+from ..vocabulary import DTYPE_BYTES, FUSIONS, OPTIMIZERS, PHASES, UPDATES, check_word, parse_checkpoint
 from ..vocabulary import TRAINING_DTYPES as DTYPES
 
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
@@ -27,6 +28,12 @@ class TrainingConfig:
     bfloat16 with fp32 master weights kept by the optimizer. ``checkpoint`` is ``none``,
     ``sqrt`` (ceil(sqrt L) layers a segment), ``every:K`` or ``selective`` (recompute
     the attention core only: Korthikanti et al. 2022).
+
+    ``accumulate`` K: K micro-batches of ``batch`` per optimizer step; the gradients are
+    accumulated (the kernels that write them read them too: beta = 1 in the weight-gradient
+    product) and the update runs once per K. ``grad_dtype`` is the gradients' type: by
+    default the compute type, except that mixed precision with K > 1 accumulates into fp32
+    main gradients (Megatron-LM, apex O2). ``fusion``: see :mod:`memwall.workloads.fusion`.
     """
 
     batch: int = 1
@@ -36,6 +43,9 @@ class TrainingConfig:
     checkpoint: str = "none"
     seq_len: int | None = None
     phase: str = "train"
+    accumulate: int = 1
+    grad_dtype: str | None = None
+    fusion: str = "none"
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch <= 0:
@@ -45,6 +55,18 @@ class TrainingConfig:
         if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0):
             raise InputError(f"must be a positive integer, got {self.seq_len!r}", field="seq_len")
         parse_checkpoint(self.checkpoint)
+        if isinstance(self.accumulate, bool) or not isinstance(self.accumulate, int) or self.accumulate <= 0:
+            raise InputError(f"must be a positive integer, got {self.accumulate!r}", field="accumulate")
+        if self.accumulate > 1 and not self.training:
+            raise InputError("gradient accumulation needs a training step (phase train)", field="accumulate")
+        if self.accumulate > 1 and self.updates == "per-example":
+            raise InputError("per-example updates change the weights after every example: nothing to accumulate",
+                             field="accumulate")
+        if self.grad_dtype is not None:
+            check_word(self.grad_dtype, DTYPES, "grad_dtype")
+            if self.dtype == "fp32" and self.grad_dtype != "fp32":
+                raise InputError("fp32 training keeps fp32 gradients", field="grad_dtype")
+        check_word(self.fusion, FUSIONS, "fusion")
 
     @property
     def elem_bytes(self) -> int:
@@ -53,6 +75,20 @@ class TrainingConfig:
     @property
     def training(self) -> bool:
         return self.phase == "train"
+
+    @property
+    def gradient_dtype(self) -> str:
+        """The gradients' type: as given, else fp32 main gradients when mixed precision accumulates."""
+        if self.grad_dtype is not None:
+            return self.grad_dtype
+        return "fp32" if self.accumulate > 1 else self.dtype
+
+    @property
+    def accumulates(self) -> bool:
+        """Whether the gradient kernels add into the gradients (read-modify-write) instead of writing them:
+        with K > 1, and with fp32 main gradients under mixed precision (they are zeroed once per
+        optimizer step and every micro-batch adds into them)."""
+        return self.training and (self.accumulate > 1 or self.gradient_dtype != self.dtype)
 
     def as_dict(self) -> dict:
         return {
@@ -63,4 +99,7 @@ class TrainingConfig:
             "checkpoint": self.checkpoint,
             "seq_len": self.seq_len,
             "phase": self.phase,
+            "accumulate": self.accumulate,
+            "grad_dtype": self.gradient_dtype if self.training else None,
+            "fusion": self.fusion,
         }

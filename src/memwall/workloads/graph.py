@@ -94,9 +94,10 @@ class Graph:
     block's input); ``branched`` says a block reads other than its predecessor's output.
     """
 
-    def __init__(self, dtype: str) -> None:
+    def __init__(self, dtype: str, grad_dtype: str | None = None) -> None:
         self.dtype = dtype
         self.esz = DTYPE_BYTES[dtype]
+        self.grad_esz = DTYPE_BYTES[grad_dtype or dtype]  # fp32 main gradients under mixed precision: 4
         self.tensors: dict[str, TensorDecl] = {}
         self.ops: list[Op] = []
         self.params: list[Param] = []
@@ -138,7 +139,7 @@ class Graph:
         g = None
         state: list[str] = []
         if training:
-            g = self.tensor(f"grad.{name}", values, cls="gradients", whole_step=True)
+            g = self.tensor(f"grad.{name}", values, self.grad_esz, cls="gradients", whole_step=True)
             if self.dtype != "fp32":
                 state.append(self.tensor(f"master.{name}", values, 4, cls="optimizer", whole_step=True))
             for i in range(OPTIMIZER_STATES[optimizer]):
@@ -149,10 +150,9 @@ class Graph:
 
     def part(self, p: Param, i: int, offset_values: int, values: int) -> Param:
         """A consecutive slice of a parameter (one expert, one matrix of a fused tensor)."""
-        off, n = offset_values * self.esz, values * self.esz
-
         def cut(t: str) -> str:
-            return self.view(t, f"{self.tensors[t].name}[{i}]", off, n)
+            esz = self.tensors[t].bytes // p.values  # gradients may be wider than the weights
+            return self.view(t, f"{self.tensors[t].name}[{i}]", offset_values * esz, values * esz)
 
         return Param(f"{p.name}[{i}]", cut(p.w), cut(p.g) if p.g else None, (), values, p.layer, p.group, False)
 

@@ -114,6 +114,9 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
     if kernel.op in ("gemm", "gemv"):
         out = {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
                "tiled": _gemm_tiled}[fam](kernel, p)
+        out = _with_epilogue(kernel, out, p, fam, line_bytes)
+    elif kernel.op == "update" and "parts" in kernel.params:
+        out = _multi_tensor(kernel, p, fam, line_bytes)
     elif kernel.op == "attention":
         out = _attention(kernel, p, fam)
     else:
@@ -154,10 +157,46 @@ def _blocked_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
     return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
 
 
+def _with_epilogue(kernel: Kernel, out: Lowered, p: Mapping[str, Any], fam: str, line_bytes: int) -> Lowered:
+    """A product's epilogue: reads beyond its operands, writes beyond its output, and its
+    output itself when it accumulates (``beta``), each streamed once over the output's
+    rows as an elementwise pass would. The blocked family reads C in its micro-kernel
+    already (C += A.B per K panel), so ``beta`` adds nothing there."""
+    reads, writes = kernel.reads[2:], kernel.writes[1:]
+    if kernel.params.get("beta") and fam != "blocked":
+        reads += kernel.writes[:1]
+    if not reads and not writes:
+        return out
+    assert kernel.dims is not None
+    m, n, _ = kernel.dims
+    rows = kernel.batch * m
+    # no broadcast: a bias (or its gradient) stays on chip across the output tiles, so it is streamed once
+    epi = replace(kernel, op="elementwise", reads=reads, writes=writes, elements=rows * n, dims=(rows, n, 0),
+                  broadcast=(), params={})
+    low = _elementwise(epi, p, fam, line_bytes)
+    return Lowered(out.nests + low.nests, out.vector_instructions + low.vector_instructions,
+                   out.notes + f"; epilogue streams {', '.join(t.name for t in (*reads, *writes))}", out.parallel_units)
+
+
+def _multi_tensor(kernel: Kernel, p: Mapping[str, Any], fam: str, line_bytes: int) -> Lowered:
+    """One launch updating many tensors: each tensor's update streamed as its own kernel would be."""
+    nests: list[LoopNest] = []
+    instr = r0 = w0 = 0
+    for n_reads, n_writes, elements in kernel.params["parts"]:
+        part = replace(kernel, reads=kernel.reads[r0:r0 + n_reads], writes=kernel.writes[w0:w0 + n_writes],
+                       elements=elements, dims=(1, elements, 0), params={})
+        low = _elementwise(part, p, fam, line_bytes)
+        nests += low.nests
+        instr += low.vector_instructions
+        r0, w0 = r0 + n_reads, w0 + n_writes
+    return Lowered(nests, instr, f"multi-tensor update of {len(kernel.params['parts'])} tensors")
+
+
 # ---- operand geometry -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Operands:
     e: int
+    ce: int  # bytes per element of C (4 for fp32 main gradients of a 16-bit product)
     m: int
     n: int
     k: int
@@ -180,12 +219,13 @@ def _ops(kernel: Kernel) -> _Operands:
     assert kernel.dims is not None
     m, n, k = kernel.dims
     e = DTYPE_BYTES[kernel.dtype]
+    ce = int(kernel.params.get("c_bytes", e))
     a, b = kernel.reads[0], kernel.reads[1]
     c = kernel.writes[0]
     ta, tb = kernel.trans
     am, ak = (e, m * e) if ta else (k * e, e)
     bk, bn = (e, k * e) if tb else (n * e, e)
-    return _Operands(e, m, n, k, a, b, c, am, ak, bk, bn, n * e, e, m * k * e, k * n * e, m * n * e)
+    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, m * k * e, k * n * e, m * n * ce)
 
 
 def _drop_unit_loops(counts: list[int], accesses: list[Access], label: str) -> LoopNest:
@@ -207,7 +247,7 @@ def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
         acc = [
             Access(o.a.addr, (o.ab, o.am), o.e, tensor=na),
             Access(o.b.addr, (o.bb, 0, o.bn), o.e, tensor=nb),
-            Access(o.c.addr, (o.cb, o.cm, o.cn), o.e, is_write=True, tensor=nc),
+            Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, tensor=nc),
         ]
         note = "scalar outer product"
     else:
@@ -215,7 +255,7 @@ def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
         acc = [
             Access(o.a.addr, (o.ab, o.am, 0, o.ak), o.e, tensor=na),
             Access(o.b.addr, (o.bb, 0, o.bn, o.bk), o.e, tensor=nb),
-            Access(o.c.addr, (o.cb, o.cm, o.cn), o.e, is_write=True, after=True, tensor=nc),
+            Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, after=True, tensor=nc),
         ]
         note = "scalar matrix-vector loop (a dot product per output)" if o.m == 1 else "scalar dot product per output"
     return Lowered([_drop_unit_loops(counts, acc, kernel.name)], 0, note)
@@ -246,7 +286,7 @@ def _gemm_vector(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
             base_b = o.b.addr + (col0 + off) * o.bn
             if o.bn == o.e:  # unit stride: one vector load
                 acc.append(Access(base_b, (o.bb, 0, step * o.bn, o.bk), w * o.e, tensor=o.b.name))
-            stores.append(Access(o.c.addr + (col0 + off) * o.cn, (o.cb, o.cm, step * o.cn), w * o.e, is_write=True,
+            stores.append(Access(o.c.addr + (col0 + off) * o.cn, (o.cb, o.cm, step * o.cn), w * o.ce, is_write=True,
                                  after=True, tensor=o.c.name))
             off += w
         nest_acc = acc + stores
@@ -321,10 +361,10 @@ def _gemm_blocked(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
         acc.append(Access(ap_base, (0, 0, 0, 0, 0, mr_ * pw * e, mr_ * e), mr_ * e, tensor="pack.A"))
         acc.append(Access(bp_base, (0, 0, 0, 0, nr_ * pw * e, 0, nr_ * e), nr_ * e, tensor="pack.B"))
         for r in range(mr_):
-            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * e,
+            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * o.ce,
                               tensor=o.c.name, after=True))
         for r in range(mr_):
-            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * e,
+            acc.append(Access(base_c + r * o.cm, (o.cb, nc * o.cn, 0, mc * o.cm, nr_ * o.cn, mr_ * o.cm), nr_ * o.ce,
                               is_write=True, after=True, tensor=o.c.name))
         nest = LoopNest(tuple(counts), tuple(acc), kernel.name)
         # the packing copies are rows of a panel: spread them over an extra loop of their own
@@ -429,7 +469,7 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
         stores = []
         for bi in range(bw):
             c_0 = o.c.addr + (b0 + bi) * o.cb + r0 * o.cm + c0 * o.cn
-            stores.append(Access(c_0, (bw * o.cb, wm * tm * o.cm, wn * tn * o.cn), cw * e, is_write=True,
+            stores.append(Access(c_0, (bw * o.cb, wm * tm * o.cm, wn * tn * o.cn), cw * o.ce, is_write=True,
                                  after=True, tensor=o.c.name, rows=rw, row_stride=o.cm))
         nests.append(LoopNest(tuple(counts), tuple(acc + tail + stores), kernel.name))
     note = (f"tiled: {tm}x{tn} tiles, waves of {wb}x{wm}x{wn} tiles (of {units} units), K chunks of {kch}; "

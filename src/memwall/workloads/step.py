@@ -1,13 +1,16 @@
 """The training step: a network and a configuration turned into kernels at addresses.
 
-Owns: :class:`Step`, :func:`declare`, :func:`build_step` and :func:`gemm_step`; re-exports
+Owns: :class:`Step`, :func:`declare`, :func:`build_step`, :func:`gemm_step` and the seed model's
+``a`` and ``d_min`` (:func:`activation_traffic`, :func:`d_min`); re-exports
 :class:`~memwall.workloads.kernel.Kernel`, :class:`~memwall.workloads.kernel.Ledger` and
 the operation tables of :mod:`memwall.workloads.ops`. A step is built in four stages:
 
 1. a builder per architecture family (:mod:`memwall.workloads.builders`) *declares* the
    kernels over named tensors (:mod:`memwall.workloads.graph`);
-2. training steps pass through the checkpointing transform
-   (:mod:`memwall.workloads.checkpoint`);
+2. passes rewrite the declared kernels: gradient accumulation
+   (:mod:`memwall.workloads.accumulation`), kernel fusion
+   (:mod:`memwall.workloads.fusion`), then the checkpointing transform
+   (:mod:`memwall.workloads.checkpoint`), so recomputation reruns fused kernels;
 3. the liveness pass (:mod:`memwall.workloads.liveness`) derives each tensor's class and
    lifetime, runs the allocator and sums the ledger (``activations`` = the peak of saved
    activations);
@@ -33,17 +36,17 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
-from . import checkpoint
+from . import accumulation, checkpoint, fusion
 from .builders.chain import declare_chain
 from .builders.transformer import declare_transformer
 from .config import TrainingConfig
-from .graph import Graph
+from .graph import PARAMETER_CLASSES, Graph
 from .kernel import Kernel, Ledger
 from .liveness import derive
 from .ops import FLOP_WEIGHTS, KERNEL_OPS, KERNEL_PHASES, flops_of
 
-__all__ = ["FLOP_WEIGHTS", "KERNEL_OPS", "KERNEL_PHASES", "Kernel", "Ledger", "Step", "build_step", "declare",
-           "flops_of", "gemm_step"]
+__all__ = ["FLOP_WEIGHTS", "KERNEL_OPS", "KERNEL_PHASES", "Kernel", "Ledger", "Step", "activation_traffic",
+           "build_step", "d_min", "declare", "flops_of", "gemm_step"]
 
 
 @dataclass
@@ -58,6 +61,19 @@ class Step:
     flops: dict[str, int]
     tokens: int = 0  # tokens per step, sequence models
 
+    @property
+    def model_flops(self) -> int:
+        """The step's FLOPs without recomputation (what MFU counts; HFU counts ``flops['total']``)."""
+        return self.flops["total"] - self.flops["recompute"]
+
+    def optimizer_step(self) -> dict[str, int]:
+        """One optimizer step: ``accumulate`` micro-batches (this step less its update) and one update."""
+        k = self.config.accumulate
+        micro = self.flops["total"] - self.flops["update"]
+        return {"micro_batches": k, "examples": k * self.examples, "tokens": k * self.tokens,
+                "flops": k * micro + self.flops["update"], "model_flops": k * (micro - self.flops["recompute"])
+                + self.flops["update"]}
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "network": self.network.id,
@@ -68,9 +84,38 @@ class Step:
             "connections": self.connections,
             "parameters": self.network.parameters,
             "flops": self.flops,
+            "model_flops": self.model_flops,
+            "optimizer_step": self.optimizer_step(),
+            "activation_traffic": activation_traffic(self),
             "ledger": self.ledger.as_dict(),
             "kernels": [k.as_dict() for k in self.kernels],
         }
+
+
+def activation_traffic(step: Step) -> dict[str, float] | None:
+    """The seed model's ``a``: bytes of inter-kernel activation traffic per d per token per layer.
+
+    Summed over the kernels of the repeated layers (forward, backward and recompute): every
+    read and every write of a tensor that is not a parameter, its gradient or optimizer
+    state, as the kernel names it (what an ideal kernel moves: each operand once), divided
+    by layers x tokens x d_model. None for networks without tokens and layers (chains).
+    """
+    net = step.network
+    layers = sum(count for _, count in net.layer_kinds()) if net.is_sequence else 0
+    if not layers or not step.tokens or not net.d_model:
+        return None
+    total = 0
+    for k in step.kernels:
+        if k.layer < 0 or k.phase == "update":
+            continue
+        moved = sum(t.bytes for t in (*k.reads, *k.writes) if t.cls not in PARAMETER_CLASSES)
+        total += moved * k.repeat * step.iterations
+    return {"a": total / (layers * step.tokens * net.d_model), "bytes_per_layer": total / layers}
+
+
+def d_min(a: float, balance: float) -> float:
+    """The seed model's pole: below this width no batch makes the step compute-bound (a.beta/72)."""
+    return a * balance / 72
 
 
 def _total_flops(kernels: list[Kernel], iterations: int) -> dict[str, int]:
@@ -94,7 +139,7 @@ def _batch(config: TrainingConfig) -> tuple[int, int]:
 def declare(network: Network, config: TrainingConfig) -> Graph:
     """The declared step, checkpointing applied: kernels over named tensors, no addresses."""
     batch, _ = _batch(config)
-    g = Graph(config.dtype)
+    g = Graph(config.dtype, config.gradient_dtype if config.training else None)
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer)
@@ -102,6 +147,9 @@ def declare(network: Network, config: TrainingConfig) -> Graph:
         if config.seq_len is not None:
             raise InputError(f"{network.id} is not a sequence model: no seq_len", field="seq_len")
         declare_chain(g, network, batch, training=config.training, optimizer=config.optimizer)
+    if config.training and config.accumulates:
+        accumulation.apply(g)
+    fusion.apply(g, config.fusion)
     if config.training:
         checkpoint.apply(g, config.checkpoint)
     return g

@@ -121,8 +121,9 @@ class _Chain:
                 r = self.layers[lay.residual].source if lay.residual < 0 else lay.residual
                 reads.append(self.x0 if r < 0 else self.outs[r])
             bcast = tuple(q.w for q in (p.bias, p.bn) if q is not None and (q is not p.bias or lay.bias == "shared"))
+            # batch normalisation needs the whole batch's statistics: a norm, not a product's epilogue
             g.ew(f"{lay.name}.epilogue", "forward", tuple(reads), (y,), m * lay.n, epi, rows=m, broadcast=bcast,
-                 role="epilogue")
+                 role="norm" if lay.bn else "epilogue")
         self.outs.append(y)
         self.pre.append(z)
 
@@ -154,7 +155,7 @@ class _Chain:
             reads += [self.pre[i], bn.w]
             writes.append(bn.g)
         g.ew(f"{lay.name}.epilogue.bwd", "backward", tuple(reads), tuple(writes), m * lay.n, bwd, rows=m,
-             broadcast=(bn.g, bn.w) if bn is not None and bn.g is not None else (), role="epilogue")
+             broadcast=(bn.g, bn.w) if bn is not None and bn.g is not None else (), role="norm" if lay.bn else "epilogue")
         return dz
 
     def _join(self, grads: list[str | None], to: int, d: str, name: str, elements: int) -> None:

@@ -145,7 +145,7 @@ def _embed(g: Graph, md: _Model, emb: Param, pos: Param | None, types: Param | N
 
 
 def _embed_bwd(g: Graph, md: _Model, x: str, dx: str, emb: Param, pos: Param | None, enorm: Param | None) -> None:
-    net, tok, h, e = md.net, md.tok, md.net.d_model, g.esz
+    net, tok, h, e = md.net, md.tok, md.net.d_model, g.grad_esz
     assert emb.g is not None
     if enorm is not None:
         norm_bwd(Rows(g, tok), "embed.norm", x, dx, enorm, h, net.norm, into=dx)
