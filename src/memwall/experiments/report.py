@@ -94,7 +94,9 @@ def _num(value: Any, fmt: str = ".3g") -> str:
     return _e(value)
 
 
-def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]]) -> str:
+def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]], table_id: str = "",
+           sortable: bool = False) -> str:
+    """An HTML table; ``sortable`` cells carry their raw value for the page's sort and filter."""
     head = "".join(f"<th class='t'>{_e(label)}</th>" if k in TEXT_COLS else f"<th>{_e(label)}</th>"
                    for k, label in cols)
     body = []
@@ -102,9 +104,13 @@ def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]]) -
         cells = []
         for k, _ in cols:
             v = r.get(k)
-            cells.append(f"<td class='t'>{_e(v)}</td>" if k in TEXT_COLS else f"<td>{_num(v)}</td>")
+            cls = " class='t'" if k in TEXT_COLS else ""
+            shown = _e(v) if k in TEXT_COLS else _num(v)
+            raw = f" data-v='{_e('' if v is None else v)}'" if sortable else ""
+            cells.append(f"<td{cls}{raw}>{shown}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    ident = f" id='{table_id}'" if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "phase", "bound", "status", "error",
@@ -318,22 +324,6 @@ def prose(data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _results_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]]) -> str:
-    head = "".join(f"<th class='t'>{_e(label)}</th>" if k in TEXT_COLS else f"<th>{_e(label)}</th>"
-                   for k, label in cols)
-    body = []
-    for r in rows:
-        cells = []
-        for k, _ in cols:
-            v = r.get(k)
-            cls = " class='t'" if k in TEXT_COLS else ""
-            shown = _e(v) if k in TEXT_COLS else _num(v)
-            cells.append(f"<td{cls} data-v='{_e('' if v is None else v)}'>{shown}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f"<table id='results-table'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
-
-
 def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
     """The report's HTML text, from the rows and the figure data stored in ``folder``."""
     from ..data import data_version
@@ -401,7 +391,7 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
             ("phase", "phase"), ("seconds", "seconds"), ("stall_fraction", "stall"),
             ("memory_ratio", "memory ÷ arithmetic"), ("fraction_of_peak", "of peak"), ("cups", "CUPS"),
             ("bound", "bound")]
-    out.append(_results_table(ok, cols))
+    out.append(_table(ok, cols, "results-table", sortable=True))
     if failed:
         out.append("<h2 id='failed'>Failed cases</h2>")
         out.append(_table(failed, [("machine", "machine"), ("network", "network"), ("batch", "batch"),

@@ -283,16 +283,9 @@ def write_tables(root: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]
                  leading: Sequence[str]) -> tuple[Path, Path]:
     """Write ``results.csv`` and ``results.json`` (atomically) from rows in their given order."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     cols = columns_of(rows, leading)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(cols)
-    for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in cols])
-    csv_path = root / RESULTS_CSV
+    csv_path = write_csv(root / RESULTS_CSV, rows, cols)
     json_path = root / RESULTS_JSON
-    _atomic_write(csv_path, buf.getvalue())
     full = [{c: row.get(c) for c in cols} for row in rows]
     _atomic_write(json_path, dumps({"columns": cols, "rows": full}))
     return csv_path, json_path
