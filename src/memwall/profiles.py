@@ -34,7 +34,7 @@ FORMAT_CHANGES = {1: "first format"}
 TIMING_MODELS = ("in_order", "vector", "overlapped", "throughput")
 SCHEDULE_FAMILIES = ("scalar", "vector", "blocked", "tiled")
 KINDS = ("vector", "scalar", "superscalar", "gpu", "tpu", "wafer", "array")
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 ISSUE_OPS = ("fadd", "fmul", "fdiv", "exp", "load", "store", "loop")
 
 # Which timing models suit which kind of machine. An out-of-order superscalar may be
@@ -119,7 +119,8 @@ _OP = "time (`'6 cycles'`, `'4.2 us'`)"
 _VECTOR, _OVERLAPPED, _THROUGHPUT = ("model", ("vector",)), ("model", ("overlapped",)), ("model", ("throughput",))
 
 COMPUTE = Table("[compute]", tuple(
-    Field(dtype, "any", f"peak dense {dtype} FLOP/s", parse=_flop_rate, unit=_RATE, figure="required")
+    Field(dtype, "any", f"peak dense {dtype} {'OP/s' if dtype.startswith('int') else 'FLOP/s'}", parse=_flop_rate,
+          unit=_RATE, figure="required")
     for dtype in DTYPES
 ), doc="Peak dense FLOP/s per dtype, at least one. No sparsity. Where a matrix unit and a vector unit "
        "both exist, the higher dense rate for the dtype (say which in a note).")

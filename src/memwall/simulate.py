@@ -35,9 +35,19 @@ class Case:
     dtype: str | None = None  # None: the network's own (fp32 classics, bf16 modern)
     seq_len: int | None = None  # None: the preset's
     gemm: tuple[int, int, int] | None = None  # (M, N, K) for a single product
+    context: int | None = None  # decode, prefill: tokens in each sequence's KV cache
+    weights: str | None = None  # int8 | int4 | fp8: weight-only quantization (None: in dtype)
+    kv_dtype: str | None = None  # the KV cache's type (None: in dtype)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in SERVING_OPTIONS:  # absent unless given, so other cases keep their keys
+            if d[k] is None:
+                del d[k]
+        return d
+
+
+SERVING_OPTIONS = ("context", "weights", "kv_dtype")
 
 
 def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
@@ -76,6 +86,9 @@ def build_case_step(case: Case) -> Step:
         checkpoint=case.checkpoint,
         seq_len=case.seq_len,
         phase=case.phase,
+        context=case.context,
+        weights=case.weights,
+        kv_dtype=case.kv_dtype,
     )
     return build_step(network, config)
 
@@ -268,6 +281,30 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     }
 
 
+def serving_dict(step: Step, seconds: float, capacity: int) -> dict:
+    """Decode and prefill: tokens per second (all sequences), seconds per output token, time
+    to first token, and the largest batch at this context whose weights and cache fit."""
+    cfg = step.config
+    tokens = step.tokens  # decode: one a sequence; prefill: the prompts
+    led = step.ledger
+    per_seq = led.kv_cache / cfg.batch
+    rest = led.peak - led.kv_cache  # weights, the step's workspace (held at their peak)
+    fit = int((capacity - rest) // per_seq) if per_seq and capacity > rest else 0
+    out = {
+        "context": cfg.context,
+        "weights": cfg.weights or cfg.dtype,
+        "kv_dtype": cfg.kv_dtype or cfg.dtype,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "kv_cache_bytes_per_sequence": per_seq,
+        "max_batch_that_fits": fit,
+    }
+    if cfg.phase == "decode":
+        out["seconds_per_token"] = seconds  # each sequence gets one token per step
+    else:
+        out["time_to_first_token"] = seconds  # the prompt's pass ends with the first token's logits
+    return out
+
+
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
     (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
@@ -276,4 +313,7 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False)
         machine = load_machine(case.machine)
     step = build_case_step(case)
     timing = simulate_step(machine, step, exact=exact)
-    return result_dict(case, step, timing)
+    out = result_dict(case, step, timing)
+    if step.config.serving:
+        out["serving"] = serving_dict(step, timing.seconds, machine.memory.capacity)
+    return out

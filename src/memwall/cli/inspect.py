@@ -7,7 +7,15 @@ import sys
 
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
-from ..vocabulary import CHECKPOINT_SYNTAX, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..vocabulary import (
+    CHECKPOINT_SYNTAX,
+    KV_DTYPES,
+    OPTIMIZERS,
+    PHASES,
+    TRAINING_DTYPES,
+    UPDATES,
+    WEIGHT_DTYPES,
+)
 from . import add_command
 from ._output import print_json
 
@@ -41,15 +49,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", default="none", help=f"{CHECKPOINT_SYNTAX} (default none)")
     p.add_argument("--updates", default="minibatch", choices=UPDATES,
                    help="per-example: 1986-style online SGD, one update per example (default minibatch)")
-    p.add_argument("--phase", default="train", choices=PHASES, help="train (default) or forward (inference)")
+    p.add_argument("--phase", default="train", choices=PHASES,
+                   help="train (default), forward (inference), decode (one token a sequence against a KV cache of "
+                        "--context tokens) or prefill (a prompt of --context tokens that fills the cache)")
+    add_serving_arguments(p)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
     p.add_argument("--dtype", default=None,
-                   help=f"{' | '.join(TRAINING_DTYPES)} (default: the network's own; fp32 for --gemm)")
+                   help=f"{' | '.join(TRAINING_DTYPES)}; inference also fp8 | int8 (default: the network's own; "
+                        "fp32 for --gemm)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def add_serving_arguments(p: argparse.ArgumentParser) -> None:
+    """--context, --weights, --kv-dtype (shared with ``memwall step``)."""
+    p.add_argument("--context", type=int, default=None,
+                   help="decode, prefill: tokens in each sequence's KV cache (required there; --seq-len is not)")
+    p.add_argument("--weights", default=None, choices=WEIGHT_DTYPES,
+                   help="weight-only quantization: the block matrices stored narrow, dequantized in the product")
+    p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help="the KV cache's type (default: --dtype)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         seq_len=args.seq_len,
         gemm=args.gemm,
+        context=args.context,
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
     )
     result = run_case(case, exact=args.exact)
     for warning in result["warnings"]:
@@ -129,5 +153,12 @@ def render(result: dict) -> str:
         + f" of {format_bytes(result['capacity']['memory'])}"
         + ("" if result["capacity"]["fits"] else "  (DOES NOT FIT)")
     )
+    if "serving" in result:
+        sv = result["serving"]
+        per = (f"{format_time(sv['seconds_per_token'])} per output token" if "seconds_per_token" in sv
+               else f"time to first token {format_time(sv['time_to_first_token'])}")
+        lines.append(f"serving: context {sv['context']}, weights {sv['weights']}, KV cache {sv['kv_dtype']}: "
+                     f"{sv['tokens_per_second']:.4g} tokens/s, {per}; KV cache "
+                     f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)

@@ -298,11 +298,23 @@ def validate(cases: Sequence[Case]) -> None:
             raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
         if case.phase not in PHASES:
             raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
+        _check_options(case)
     for spec in dict.fromkeys(c.machine for c in cases):
         # Loads every profile once, so a broken file fails here, not in a worker.
         machine_info(spec)
     for net in dict.fromkeys(c.network for c in cases if c.network):
         network_info(net)
+
+
+def _check_options(case: Case) -> None:
+    """The serving and dtype options, checked as the step will check them (network aside)."""
+    from ..workloads.config import TrainingConfig
+
+    if case.network is None:
+        return
+    TrainingConfig(batch=case.batch, updates=case.updates, optimizer=case.optimizer, dtype=case.dtype or "bf16",
+                   checkpoint=case.checkpoint, seq_len=case.seq_len, phase=case.phase, context=case.context,
+                   weights=case.weights, kv_dtype=case.kv_dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -322,6 +334,10 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
     m = machine_info(case.machine)
     net = network_info(case.network) if case.network else None
     seq = case.seq_len or (net.seq_len if net else None)
+    if case.phase == "decode":
+        seq = 1
+    elif case.phase == "prefill":
+        seq = case.context
     row: dict[str, Any] = {
         "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
         "bandwidth": m.bandwidth, "balance": m.balance(), "machine_balance": m.balance(),
@@ -351,6 +367,11 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })
+    serving = result.get("serving")
+    if serving:  # decode and prefill rows only, so other tables keep their columns
+        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "tokens_per_second",
+                                                "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
+        row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
     for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)
     for level, b in result["bytes"].items():
