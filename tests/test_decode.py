@@ -165,3 +165,27 @@ def test_a_llama3_70b_decode_step_at_batch_64_and_context_8192_is_timed_in_under
     r = _decode("h100-sxm", "llama3-70b", 64, 8192)
     assert time.perf_counter() - start < 10
     assert r["serving"]["tokens_per_second"] > 0
+
+
+# ---- where batching decode turns compute-bound -------------------------------------------------
+def test_decode_turns_compute_bound_at_a_batch_and_the_cache_overtakes_the_weights_at_another():
+    from memwall.experiments.serving import decode_crossovers
+
+    case = Case(machine="h100-sxm", network="llama3-8b", phase="decode", context=16, kv_dtype="int4")
+    out = decode_crossovers(case)
+    rows = out["rows"]
+    b = out["compute_bound_at_batch"]
+    assert b is not None and rows[-1]["batch"] == b and rows[-1]["bound"] == "compute"
+    assert all(r["bound"] != "compute" for r in rows[:-1]) and len(rows) > 3
+    # closed form: the cache a sequence reads against the weights a step reads
+    n = load_network("llama3-8b")
+    per_seq = 2 * n.n_layers * 17 * n.kv_heads * n.d_head // 2  # int4: half a byte a value
+    assert out["kv_cache_read_per_sequence"] == per_seq
+    assert out["kv_overtakes_weights_at_batch"] == -(-out["weights_read_per_step"] // per_seq)
+
+
+def test_crossover_cli_refuses_other_phases(capsys):
+    from memwall.cli import main
+
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--phase", "forward",
+                 "--crossover"]) != 0

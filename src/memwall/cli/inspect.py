@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
+    p.add_argument("--crossover", action="store_true",
+                   help="decode: double the batch from 1 until the step is compute-bound (or no longer fits), "
+                        "and say at which batch the KV cache reads overtake the weights'")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -93,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         weights=args.weights,
         kv_dtype=args.kv_dtype,
     )
+    if args.crossover:
+        return _crossover(case, args)
     result = run_case(case, exact=args.exact)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
@@ -100,6 +105,29 @@ def run(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         print(render(result))
+    return 0
+
+
+def _crossover(case: object, args: argparse.Namespace) -> int:
+    from ..experiments.serving import decode_crossovers
+    from ..simulate import Case, run_case
+
+    assert isinstance(case, Case)
+    if case.phase != "decode":
+        raise InputError("--crossover is a decode question: give --phase decode", field="--crossover")
+    out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact))
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"{out['network']} decode at context {out['context']} on {out['machine']}:")
+    print(f"{'batch':>7} {'tokens/s':>12} {'s/token':>10}  bound")
+    for r in out["rows"]:
+        print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10}  {r['bound']}"
+              + ("" if r["fits"] else "  (does not fit)"))
+    cb = out["compute_bound_at_batch"]
+    print("compute-bound from batch " + str(cb) if cb else "never compute-bound before the batch stops fitting")
+    print(f"KV cache reads overtake weight reads ({format_bytes(out['weights_read_per_step'])} a step) at batch "
+          f"{out['kv_overtakes_weights_at_batch']} ({format_bytes(out['kv_cache_read_per_sequence'])} a sequence)")
     return 0
 
 
