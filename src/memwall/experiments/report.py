@@ -42,6 +42,10 @@ CAPTIONS = {
     "validation": "memwall's prediction for each published measurement of era_data/measurements "
     "(GEMMs, CUPS of the 1980s machines, a Megatron-LM floor) against the measured value, log-log; "
     "the grey band is within 2x. The table below gives each case with its source note.",
+    "decode": "A GQA transformer decoding one token a sequence against a KV cache of a short and a long "
+    "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
+    "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
+    "compute-bound step, a cross a batch that does not fit beside the weights.",
 }
 
 STYLE = """

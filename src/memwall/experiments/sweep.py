@@ -45,6 +45,11 @@ LARGE = "affine-48x1024"
 # A bf16 transformer for the batch window (figure 4); short sequences so the batch
 # axis spans from far below to far above the compute-bound batch in tokens.
 WINDOW_NETWORK = "gpt2-small"
+# Serving: a GQA model decoding on the modern machines, batch 1 to 256, a short and a long
+# context (where batching turns decode compute-bound, and where the KV cache takes over).
+DECODE_NETWORK = "llama3-8b"
+DECODE_BATCHES = (1, 8, 64, 256)
+DECODE_CONTEXTS = (512, 8192)
 
 MODERN_KINDS = ("gpu", "tpu", "wafer")
 # The batch window is drawn for a few modern machines, one line each, so it stays legible.
@@ -224,7 +229,8 @@ def study(*, quick: bool = False) -> list[Case]:
     - a bf16 transformer over batch sizes, up to 8192 tokens, on a few modern machines
       (the batch window and its plateau);
     - the large network with and without √L checkpointing on one modern machine;
-    - a few networks on one compute engine with memory bandwidth over four decades.
+    - a few networks on one compute engine with memory bandwidth over four decades;
+    - decode of a GQA transformer on a few modern machines over batch and context.
 
     ``quick`` keeps one machine per decade, three classics, fewer batches and bandwidths.
     """
@@ -250,6 +256,11 @@ def study(*, quick: bool = False) -> list[Case]:
         per_decade = 1 if quick else 3
         cases += product(synthetic_machines(base, per_decade=per_decade), synth_nets, [1],
                          updates="per-example")
+    if DECODE_NETWORK in networks and modern:
+        decode_machines = _window_machines(modern, most=1 if quick else 6)
+        batches = [1, 64] if quick else list(DECODE_BATCHES)
+        for context in DECODE_CONTEXTS[:1] if quick else DECODE_CONTEXTS:
+            cases += product(decode_machines, [DECODE_NETWORK], batches, phase="decode", context=context)
     return _dedupe(cases)
 
 
