@@ -54,13 +54,15 @@ def tiny_gpt(tmp_path):
 def sweep_cases() -> list:
     """A few cheap real cases with data for every simulated figure: 1980s machines and an
     H100 on classic networks per-example (batches 1 and 2 on the old ones), the H100's
-    batch window, and the H100 with its memory bandwidth over four decades."""
+    batch window and a decode at two batches, and the H100 with its memory bandwidth over
+    four decades."""
     from memwall.experiments import sweep as sw
 
     old, new, nets = ["vax-11-780", "cray-1"], "h100-sxm", ["nettalk", "encoder-8-3-8"]
     cases = sw.product(old, nets, [1, 2], updates="per-example")
     cases += sw.product([new], nets, [1], updates="per-example")
     cases += sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
+    cases += sw.product([new], ["gpt2-small"], [1, 4], phase="decode", context=16)
     cases += sw.product(sw.synthetic_machines(new, decades=4, per_decade=1), nets[:1], [1],
                         updates="per-example")
     return cases

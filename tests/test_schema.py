@@ -17,7 +17,7 @@ from memwall.data import era_data_dir
 from memwall.errors import InputError
 from memwall.experiments import measurements
 from memwall.schema import Field, Problems, Table, key_lines, walk
-from memwall.vocabulary import OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from memwall.vocabulary import INFERENCE_DTYPES, KV_DTYPES, OPTIMIZERS, PHASES, UPDATES, WEIGHT_DTYPES
 
 FIXTURES = Path(__file__).parent / "data"
 GOOD_PROFILE = (FIXTURES / "profiles" / "good.toml").read_text()
@@ -375,11 +375,26 @@ def _choices(argv: list[str], dest: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize(("command", "dest", "words"), [
     (["inspect"], "updates", UPDATES), (["inspect"], "phase", PHASES), (["inspect"], "optimizer", OPTIMIZERS),
-    (["step"], "updates", UPDATES), (["step"], "phase", PHASES), (["step"], "dtype", TRAINING_DTYPES),
-    (["sweep"], "updates", UPDATES), (["sweep"], "phase", PHASES),
+    (["step"], "updates", UPDATES), (["step"], "phase", PHASES), (["step"], "dtype", INFERENCE_DTYPES),
+    (["inspect"], "weights", WEIGHT_DTYPES), (["inspect"], "kv_dtype", KV_DTYPES),
 ])
 def test_cli_choices_are_the_vocabulary(command: list[str], dest: str, words: tuple[str, ...]) -> None:
     assert _choices(command, dest) == words
+
+
+@pytest.mark.parametrize(("option", "word"), [("updates", "per_example"), ("phase", "decod"),
+                                               ("weights", "int3"), ("kv_dtype", "int2")])
+def test_sweep_lists_are_checked_against_the_vocabulary(option: str, word: str) -> None:
+    """The sweep's case options take comma lists, so argparse cannot check them; validate does."""
+    from memwall.cli.sweep import build_cases
+    from memwall.experiments import sweep as sw
+
+    value = f"decode,{word}" if option == "phase" else word  # a good word beside the bad one
+    argv = ["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small", "--phase", "decode",
+            "--context", "16", f"--{option.replace('_', '-')}", value]
+    args = build_parser().parse_args(argv)
+    with pytest.raises(InputError):
+        sw.validate(build_cases(args))
 
 
 @pytest.mark.parametrize("argv", [

@@ -52,7 +52,7 @@ def test_rerun_gives_identical_rows_and_recomputes_nothing(tmp_path, quick_sweep
     assert any(c.startswith("stall_") and c != "stall_fraction" for c in header)
     rows = read_rows(quick_sweep.out)
     assert len(rows) == len(sweep_cases)
-    assert len({(r["machine"], r["network"], r["batch"]) for r in rows}) == len(sweep_cases)
+    assert len({(r["machine"], r["network"], r["batch"], r["phase"]) for r in rows}) == len(sweep_cases)
 
 
 def test_killed_halfway_resumes_with_every_case_once(tmp_path, quick_sweep, sweep_cases):

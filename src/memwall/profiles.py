@@ -35,7 +35,7 @@ FORMAT_CHANGES = {1: "first format"}
 TIMING_MODELS = ("in_order", "vector", "overlapped", "throughput")
 SCHEDULE_FAMILIES = ("scalar", "vector", "blocked", "tiled")
 KINDS = ("vector", "scalar", "superscalar", "gpu", "tpu", "wafer", "array")
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 ISSUE_OPS = ("fadd", "fmul", "fdiv", "exp", "load", "store", "loop")
 
 # Which timing models suit which kind of machine. An out-of-order superscalar may be
@@ -150,8 +150,8 @@ COMPUTE_VECTOR = Table("[compute.vector]", tuple(
        "where they differ from [compute].")
 
 COMPUTE = Table("[compute]", (
-    *(Field(dtype, "any", f"peak dense {dtype} FLOP/s", parse=_flop_rate, unit=_RATE, figure="required")
-      for dtype in DTYPES),
+    *(Field(dtype, "any", f"peak dense {dtype} {'OP/s' if dtype.startswith('int') else 'FLOP/s'}",
+            parse=_flop_rate, unit=_RATE, figure="required") for dtype in DTYPES),
     Field("vector", "table", "the vector units' rates where they differ (non-product kernels)",
           table=COMPUTE_VECTOR),
 ), doc="Peak dense FLOP/s per dtype of the matrix products, at least one. No sparsity. Where a vector unit "

@@ -57,9 +57,19 @@ class Case:
     accumulate: int = 1  # micro-batches of ``batch`` per optimizer step
     fusion: str = "none"  # none | epilogue | full
     grad_dtype: str | None = None  # None: fp32 main gradients when mixed precision accumulates, else the dtype
+    context: int | None = None  # decode, prefill: tokens in each sequence's KV cache
+    weights: str | None = None  # int8 | int4 | fp8: weight-only quantization (None: in dtype)
+    kv_dtype: str | None = None  # the KV cache's type (None: in dtype)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in SERVING_OPTIONS:  # absent unless given, so other cases keep their keys
+            if d[k] is None:
+                del d[k]
+        return d
+
+
+SERVING_OPTIONS = ("context", "weights", "kv_dtype")
 
 
 def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
@@ -101,6 +111,9 @@ def build_case_step(case: Case) -> Step:
         accumulate=case.accumulate,
         grad_dtype=case.grad_dtype,
         fusion=case.fusion,
+        context=case.context,
+        weights=case.weights,
+        kv_dtype=case.kv_dtype,
     )
     return build_step(network, config)
 
@@ -425,6 +438,32 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     }
 
 
+def serving_dict(step: Step, seconds: float, capacity: int) -> dict:
+    """Decode and prefill: tokens per second (all sequences), seconds per output token, time
+    to first token, and the largest batch at this context whose weights and cache fit."""
+    cfg = step.config
+    tokens = step.tokens  # decode: one a sequence; prefill: the prompts
+    led = step.ledger
+    per_seq = led.kv_cache / cfg.batch
+    rest = led.peak - led.kv_cache  # weights, the step's workspace (held at their peak)
+    fit = int((capacity - rest) // per_seq) if per_seq and capacity > rest else 0
+    out = {
+        "context": cfg.context,
+        "weights": cfg.weights or cfg.dtype,
+        "kv_dtype": cfg.kv_dtype or cfg.dtype,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "kv_cache_bytes_per_sequence": per_seq,
+        "max_batch_that_fits": fit,
+    }
+    if cfg.phase == "decode":
+        out["seconds_per_token"] = seconds  # each sequence gets one token per step
+    else:
+        out["time_to_first_token"] = seconds  # the prompt's pass ends with the first token's logits
+    return out
+
+
+
+
 def accumulated(timing: StepTiming, k: int) -> StepTiming:
     """One optimizer step from one replayed micro-batch step: every kernel but the update K times.
 
@@ -534,4 +573,6 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     result = result_dict(case, step, timing)
     result.update(_per_step(case, step, timing))
     result.update(_seed(step, machine))
+    if step.config.serving:
+        result["serving"] = serving_dict(step, timing.seconds, machine.memory.capacity)
     return result

@@ -44,6 +44,8 @@ DTYPE_FALLBACK = {
     "tf32": ("tf32", "fp32"),
     "fp32": ("fp32", "fp64"),
     "fp64": ("fp64", "fp32"),
+    # a machine with no 8-bit integer unit runs int8 products at its 16-bit rate
+    "int8": ("int8", "fp16", "bf16", "fp32"),
 }
 
 

@@ -138,7 +138,9 @@ def parse_flop_rate(value: str, *, clock_hz: float | None = None) -> float:
     """An arithmetic rate in FLOP/s: ``"160 MFLOP/s"``, ``"989 TFLOP/s"``, ``"2 FLOP/cycle"``."""
     number, unit = _split(value, "arithmetic rate")
     unit = unit.replace("FLOPS", "FLOP/s")
-    m = re.fullmatch(r"(?P<prefix>[kMGTPE]?)FLOP/(?P<per>s|cycle|clk)", unit)
+    # integer rates (int8, int4) are stated in operations: a multiply-add is two, as for FLOPs
+    unit = unit.replace("TOPS", "TOP/s")
+    m = re.fullmatch(r"(?P<prefix>[kMGTPE]?)(?:FL)?OP/(?P<per>s|cycle|clk)", unit)
     if not m:
         raise InputError(
             f"{value!r}: an arithmetic rate needs a unit such as 'MFLOP/s', 'TFLOP/s' or 'FLOP/cycle'"

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-PHASES: tuple[str, ...] = ("train", "forward")
+PHASES: tuple[str, ...] = ("train", "forward", "decode", "prefill")
+# Serving phases: decode generates one token per sequence against a cache of ``context``
+# tokens; prefill runs a prompt of ``context`` tokens and fills the cache.
+SERVING_PHASES: tuple[str, ...] = ("decode", "prefill")
 UPDATES: tuple[str, ...] = ("per-example", "minibatch")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
 # Dtypes a network trains in; 16-bit types train with fp32 master weights.
@@ -26,6 +29,13 @@ DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 # kernel and the optimizer as one multi-tensor kernel per layer: Megatron-LM, apex).
 FUSIONS: tuple[str, ...] = ("none", "epilogue", "full")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+# Storage widths in bits, for the types narrower than a byte (int4 packs two a byte).
+DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int4": 4}
+# Compute dtypes of inference (forward, decode, prefill): the training ones and 8-bit.
+INFERENCE_DTYPES: tuple[str, ...] = (*TRAINING_DTYPES, "fp8", "int8")
+# Weight-only quantization (weights stored narrow, dequantized in the product) and KV cache types.
+WEIGHT_DTYPES: tuple[str, ...] = ("int8", "int4", "fp8")
+KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4")
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers
 # a segment), selective (recompute the attention core only; Korthikanti et al. 2022).

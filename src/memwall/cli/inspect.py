@@ -7,7 +7,16 @@ import sys
 
 from ..errors import InputError
 from ..units import format_bytes, format_flop_rate, format_time
-from ..vocabulary import CHECKPOINT_SYNTAX, DISPATCH_MODES, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..vocabulary import (
+    CHECKPOINT_SYNTAX,
+    DISPATCH_MODES,
+    KV_DTYPES,
+    OPTIMIZERS,
+    PHASES,
+    TRAINING_DTYPES,
+    UPDATES,
+    WEIGHT_DTYPES,
+)
 from . import add_command
 from ._output import print_json
 from .step import add_training_arguments
@@ -42,10 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", default="none", help=f"{CHECKPOINT_SYNTAX} (default none)")
     p.add_argument("--updates", default="minibatch", choices=UPDATES,
                    help="per-example: 1986-style online SGD, one update per example (default minibatch)")
-    p.add_argument("--phase", default="train", choices=PHASES, help="train (default) or forward (inference)")
+    p.add_argument("--phase", default="train", choices=PHASES,
+                   help="train (default), forward (inference), decode (one token a sequence against a KV cache of "
+                        "--context tokens) or prefill (a prompt of --context tokens that fills the cache)")
+    add_serving_arguments(p)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
     p.add_argument("--dtype", default=None,
-                   help=f"{' | '.join(TRAINING_DTYPES)} (default: the network's own; fp32 for --gemm)")
+                   help=f"{' | '.join(TRAINING_DTYPES)}; inference also fp8 | int8 (default: the network's own; "
+                        "fp32 for --gemm)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
     add_training_arguments(p)
     p.add_argument("--exact", action="store_true",
@@ -62,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="change one profile figure for a what-if, read as the profile file reads it, "
                         "e.g. --set memory.bandwidth='1 TB/s' or --set timing.dispatch.eager.host_issue='2 us' "
                         "(repeatable)")
+    p.add_argument("--crossover", action="store_true",
+                   help="decode: double the batch from 1 until the step is compute-bound (or no longer fits), "
+                        "and say at which batch the KV cache reads overtake the weights'")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -90,6 +106,15 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
+def add_serving_arguments(p: argparse.ArgumentParser) -> None:
+    """--context, --weights, --kv-dtype (shared with ``memwall step``)."""
+    p.add_argument("--context", type=int, default=None,
+                   help="decode, prefill: tokens in each sequence's KV cache (required there; --seq-len is not)")
+    p.add_argument("--weights", default=None, choices=WEIGHT_DTYPES,
+                   help="weight-only quantization: the block matrices stored narrow, dequantized in the product")
+    p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help="the KV cache's type (default: --dtype)")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise InputError(f"batch must be a positive integer, got {args.batch}", field="--batch")
@@ -110,7 +135,12 @@ def run(args: argparse.Namespace) -> int:
         accumulate=args.accumulate,
         fusion=args.fusion,
         grad_dtype=args.grad_dtype,
+        context=args.context,
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
     )
+    if args.crossover:
+        return _crossover(case, args)
     machine = None
     if args.sets:
         from ..profiles import load_machine
@@ -133,6 +163,29 @@ def run(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         print(render(result))
+    return 0
+
+
+def _crossover(case: object, args: argparse.Namespace) -> int:
+    from ..experiments.serving import decode_crossovers
+    from ..simulate import Case, run_case
+
+    assert isinstance(case, Case)
+    if case.phase != "decode":
+        raise InputError("--crossover is a decode question: give --phase decode", field="--crossover")
+    out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact))
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"{out['network']} decode at context {out['context']} on {out['machine']}:")
+    print(f"{'batch':>7} {'tokens/s':>12} {'s/token':>10}  bound")
+    for r in out["rows"]:
+        print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10}  {r['bound']}"
+              + ("" if r["fits"] else "  (does not fit)"))
+    cb = out["compute_bound_at_batch"]
+    print("compute-bound from batch " + str(cb) if cb else "never compute-bound before the batch stops fitting")
+    print(f"KV cache reads overtake weight reads ({format_bytes(out['weights_read_per_step'])} a step) at batch "
+          f"{out['kv_overtakes_weights_at_batch']} ({format_bytes(out['kv_cache_read_per_sequence'])} a sequence)")
     return 0
 
 
@@ -199,5 +252,12 @@ def render(result: dict) -> str:
     if d.get("host_seconds"):
         lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "
                      f"{format_time(d['host_seconds'])}, the device works {format_time(d['device_seconds'])}")
+    if "serving" in result:
+        sv = result["serving"]
+        per = (f"{format_time(sv['seconds_per_token'])} per output token" if "seconds_per_token" in sv
+               else f"time to first token {format_time(sv['time_to_first_token'])}")
+        lines.append(f"serving: context {sv['context']}, weights {sv['weights']}, KV cache {sv['kv_dtype']}: "
+                     f"{sv['tokens_per_second']:.4g} tokens/s, {per}; KV cache "
+                     f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)

@@ -10,7 +10,15 @@ from typing import Any
 
 from ..networks import load_network
 from ..units import format_bytes
-from ..vocabulary import CHECKPOINT_SYNTAX, FUSIONS, OPTIMIZERS, PHASES, TRAINING_DTYPES, UPDATES
+from ..vocabulary import (
+    CHECKPOINT_SYNTAX,
+    FUSIONS,
+    INFERENCE_DTYPES,
+    OPTIMIZERS,
+    PHASES,
+    TRAINING_DTYPES,
+    UPDATES,
+)
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step
 from . import add_command
@@ -28,11 +36,15 @@ def add_step_arguments(p: Any) -> None:
     p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models)")
     p.add_argument("--checkpoint", default="none", help=CHECKPOINT_SYNTAX)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
-    p.add_argument("--dtype", default=None, choices=TRAINING_DTYPES, help="default: the preset's")
+    p.add_argument("--dtype", default=None, choices=INFERENCE_DTYPES,
+                   help=f"default: the preset's; training: {', '.join(TRAINING_DTYPES)}")
     p.add_argument("--updates", default="minibatch", choices=UPDATES)
     p.add_argument("--phase", default="train", choices=PHASES)
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
     add_training_arguments(p)
+    from .inspect import add_serving_arguments
+
+    add_serving_arguments(p)
     p.add_argument("--expand-repeats", action="store_true", help="list every transformer layer instead of scaling one")
 
 
@@ -53,7 +65,7 @@ def step_from_args(args: Any) -> Step:
     cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
                          dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
                          phase=args.phase, accumulate=args.accumulate, grad_dtype=args.grad_dtype,
-                         fusion=args.fusion)
+                         fusion=args.fusion, context=args.context, weights=args.weights, kv_dtype=args.kv_dtype)
     return build_step(net, cfg, expand_repeats=args.expand_repeats)
 
 

@@ -50,11 +50,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", nargs="+", metavar="MODE", help=CHECKPOINT_SYNTAX)
     p.add_argument("--accumulate", nargs="+", metavar="K", help="micro-batches per optimizer step (default 1)")
     p.add_argument("--fusion", nargs="+", metavar="MODE", help=f"{' | '.join(FUSIONS)} (default none)")
-    p.add_argument("--updates", choices=UPDATES, help="override updates on every case")
-    p.add_argument("--phase", choices=PHASES, help="override the phase on every case")
     p.add_argument("--dispatch", nargs="+", metavar="MODE",
                    help="eager, graph and/or compiled (comma list): run every case in each mode "
                         "(default: each profile's own)")
+    p.add_argument("--updates", nargs="+", metavar="MODE", help=f"{' | '.join(UPDATES)}: set on every case "
+                   "(a list: every case once for each)")
+    p.add_argument("--phase", nargs="+", metavar="PHASE", help=f"{' | '.join(PHASES)}: set on every case (a list: "
+                   "every case once for each)")
+    for opt, what in (("--optimizer", "sgd | momentum | adam"), ("--dtype", "the compute dtype"),
+                      ("--seq-len", "tokens per sequence"), ("--context", "decode, prefill: tokens in the KV cache"),
+                      ("--weights", "int8 | int4 | fp8 weight-only quantization"),
+                      ("--kv-dtype", "the KV cache's type")):
+        p.add_argument(opt, nargs="+", metavar="V", help=f"{what}: set on every case (a list: once for each)")
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")
@@ -96,15 +103,14 @@ def build_cases(args: argparse.Namespace) -> list:
             batches if batches is not None else [1],
             checkpoints if checkpoints is not None else ["none"],
         )
-    overrides = {k: v for k, v in (("updates", args.updates), ("phase", args.phase)) if v}
-    cases = [replace(c, **overrides) for c in cases] if overrides else cases
+    cases = _expand(cases, args)
     modes = _split(getattr(args, "dispatch", None))
     if modes:
         for mode in modes:
             sw.check_dispatch(mode)
         cases = [replace(c, dispatch=mode) for c in cases for mode in modes]
-    accumulate = _ints(args.accumulate, "--accumulate")
-    fusions = _split(args.fusion)
+    accumulate = _ints(getattr(args, "accumulate", None), "--accumulate")
+    fusions = _split(getattr(args, "fusion", None))
     for f in fusions or ():
         check_word(f, FUSIONS, "--fusion")
     if accumulate is None and fusions is None:
@@ -122,6 +128,32 @@ def _ints(values: list[str] | None, field: str) -> list[int] | None:
             raise InputError(f"must be a positive integer, got {v!r}", field=field)
         out.append(int(v))
     return out
+
+
+# sweep options that set a case field on every case; a comma list runs each case once a value
+_INT_OPTIONS = ("seq_len", "context")
+CASE_OPTIONS = ("updates", "phase", "optimizer", "dtype", "seq_len", "context", "weights", "kv_dtype")
+
+
+def _expand(cases: list, args: argparse.Namespace) -> list:
+    import itertools
+
+    axes: list[list[tuple[str, object]]] = []
+    for name in CASE_OPTIONS:
+        values = _split(getattr(args, name, None))
+        if not values:
+            continue
+        if name in _INT_OPTIONS:
+            try:
+                parsed: list[object] = [int(v) for v in values]
+            except ValueError:
+                raise InputError(f"{name} takes whole numbers, got {values!r}", field=name) from None
+        else:
+            parsed = list(values)
+        axes.append([(name, v) for v in parsed])
+    if not axes:
+        return cases
+    return [replace(c, **dict(combo)) for c in cases for combo in itertools.product(*axes)]
 
 
 def run(args: argparse.Namespace) -> int:

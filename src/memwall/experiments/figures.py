@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance", "validation", "roofline", "activation_highwater")
+         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -40,6 +40,7 @@ TITLES = {
     "validation": "7. Validation: memwall's predictions against published measurements",
     "roofline": "8. Roofline explorer: every kernel of a step under the machine's roofs",
     "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
+    "decode": "10. Decode: tokens per second against batch, at a short and a long context",
 }
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
@@ -466,6 +467,46 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
 
 
 # --------------------------------------------------------------------------------------
+# 8. Decode
+
+
+def fig_decode(rows: Sequence[Row]):
+    """Tokens/s (all sequences) against batch, one panel a context, one line a machine;
+    a star where the step is compute-bound, a cross where batch x context no longer fits."""
+    sel = [r for r in _ok(rows) if r.get("phase") == "decode" and r.get("tokens_per_second")]
+    contexts = sorted({int(r["context"]) for r in sel})
+    if not sel or len({r["batch"] for r in sel}) < 2:
+        return _empty("decode", "decode cases at several batch sizes")
+    plt = _plt()
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, len(contexts), figsize=(5 * len(contexts), 4.5), squeeze=False, sharey=True)
+    machines = list(dict.fromkeys(r["machine"] for r in sorted(sel, key=lambda r: (r["year"], r["machine"]))))
+    for ax, ctx in zip(axes[0], contexts, strict=True):
+        for k, m in enumerate(machines):
+            sub = sorted((r for r in sel if r["machine"] == m and int(r["context"]) == ctx), key=lambda r: r["batch"])
+            if not sub:
+                continue
+            colour = cmap(k % 10)
+            ax.plot([r["batch"] for r in sub], [r["tokens_per_second"] for r in sub], color=colour, marker="o", ms=3,
+                    label=_label(sub[0]))
+            for r in sub:
+                if r["bound"] == "compute":
+                    ax.plot(r["batch"], r["tokens_per_second"], "*", color=colour, ms=11)
+                if r.get("max_batch_that_fits") is not None and r["batch"] > int(r["max_batch_that_fits"]):
+                    ax.plot(r["batch"], r["tokens_per_second"], "x", color="k", ms=7)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (sequences decoding together)")
+        ax.set_title(f"{sel[0]['network']}, context {ctx}")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("tokens per second (all sequences)")
+    axes[0][0].legend(fontsize=7)
+    _finish(fig, _sources("Star: compute-bound step. Cross: batch x context does not fit in the machine's memory "
+                          "beside the weights (simulated as if it did)."))
+    return fig
+
+
+# --------------------------------------------------------------------------------------
 # 5. Capacity ledger
 
 
@@ -839,6 +880,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "roofline": (None, lambda: roofline_data(out, rows), fig_roofline),
         "activation_highwater": (lambda: _network_inputs(LEDGER_NETWORK, batch=HIGHWATER_BATCH),
                                  lambda: {"live": highwater_table()}, lambda d: fig_activation_highwater(d["live"])),
+        "decode": (None, lambda: {"rows": [r for r in rows if r.get("phase") == "decode"]},
+                   lambda d: fig_decode(d["rows"])),
     }
     written: dict[str, list[Path]] = {}
     for name in names:

@@ -32,9 +32,12 @@ from ..vocabulary import (
     CHECKPOINT_SYNTAX,
     DISPATCH_MODES,
     FUSIONS,
+    KV_DTYPES,
     OPTIMIZERS,
     PHASES,
+    SERVING_PHASES,
     UPDATES,
+    WEIGHT_DTYPES,
     parse_checkpoint,
 )
 
@@ -44,6 +47,9 @@ METRICS: dict[str, str] = {
     "flops": "achieved arithmetic rate, FLOP/s",
     "seconds": "seconds per step (a training step, a forward pass or one GEMM)",
     "samples_per_second": "examples (or sequences) per second",
+    "tokens_per_second": "decode: tokens generated per second, all sequences together (batch / seconds per step); "
+                         "prefill: prompt tokens per second",
+    "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time)",
 }
 # The unit a value written as a string must carry, per metric (with a decimal prefix).
 METRIC_UNITS: dict[str, tuple[str, ...]] = {
@@ -52,6 +58,8 @@ METRIC_UNITS: dict[str, tuple[str, ...]] = {
     "flops": ("FLOP/s", "FLOPS"),
     "seconds": ("s",),
     "samples_per_second": ("samples/s",),
+    "tokens_per_second": ("tokens/s",),
+    "seconds_per_token": ("s",),
 }
 RELIABILITIES = ("high", "medium", "low")
 # How a measurement judges the prediction:
@@ -63,7 +71,8 @@ RELIABILITIES = ("high", "medium", "low")
 CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
 # Keys that describe a training step, not a single product.
-_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion")
+_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion", "context",
+              "weights", "kv_dtype")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -100,6 +109,10 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("phase", "word", "what a step runs", choices=PHASES, default="train"),
     Field("dtype", "word", "arithmetic type (needed with 'gemm'; default for a network: its own)", choices=DTYPES),
     Field("seq_len", "int", "sequence length, for sequence models", minimum=1, default_doc="the preset's"),
+    Field("context", "int", "decode, prefill: tokens in each sequence's KV cache (decode) or the prompt (prefill)",
+          minimum=0),
+    Field("weights", "word", "weight-only quantization: the weights' stored type", choices=WEIGHT_DTYPES),
+    Field("kv_dtype", "word", "the KV cache's type (default: dtype)", choices=KV_DTYPES),
     Field("checkpoint", "str", "activation checkpointing", parse=_checkpoint, default="none",
           unit=f"`{CHECKPOINT_SYNTAX}`"),
     Field("optimizer", "word", "the optimizer's update", choices=OPTIMIZERS, default="sgd"),
@@ -158,6 +171,9 @@ class Measurement:
     accumulate: int = 1
     fusion: str = "none"
     gemm: tuple[int, int, int] | None = None
+    context: int | None = None
+    weights: str | None = None
+    kv_dtype: str | None = None
     check: str = "point"
     year: int | None = None
     explanation: str | None = None
@@ -179,6 +195,12 @@ class Measurement:
             parts.append(self.dtype)
         if self.seq_len:
             parts.append(f"seq={self.seq_len}")
+        if self.context is not None:
+            parts.append(f"ctx={self.context}")
+        if self.weights:
+            parts.append(f"w={self.weights}")
+        if self.kv_dtype:
+            parts.append(f"kv={self.kv_dtype}")
         if self.checkpoint != "none":
             parts.append(f"ckpt={self.checkpoint}")
         if self.accumulate != 1:
@@ -267,6 +289,19 @@ def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
         add("'cups' counts connection updates: it needs phase = 'train'", "metric")
     if metric == "cps" and phase != "forward":
         add("'cps' counts forward connections only: it needs phase = 'forward'", "metric")
+    serving = phase in SERVING_PHASES
+    if metric in ("tokens_per_second", "seconds_per_token") and not serving:
+        add(f"{metric!r} measures serving: it needs phase = 'decode' or 'prefill'", "metric")
+    if metric == "seconds_per_token" and phase != "decode":
+        add("'seconds_per_token' is a decode step's time: it needs phase = 'decode'", "metric")
+    if serving and "context" not in raw:
+        add(f"a {phase} measurement needs 'context' (tokens in the cache, or the prompt)", "context")
+    if serving and "seq_len" in raw:
+        add(f"'seq_len' does not apply to {phase}: give 'context'", "seq_len")
+    if not serving:
+        for key in ("context", "kv_dtype"):
+            if key in raw:
+                add(f"'{key}' applies to phase = 'decode' or 'prefill'", key)
     if values.get("updates") == "per-example" and values.get("batch", 1) != 1:
         # Per-example updates change the weights after every example: a step is one example.
         add(f"per-example updates take batch = 1, got {values['batch']}", "batch")

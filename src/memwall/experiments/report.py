@@ -54,6 +54,10 @@ CAPTIONS = {
     "against achieved FLOP/s, under the peak and each memory level's bandwidth ceiling.",
     "activation_highwater": "Live bytes by tensor class while each kernel of the training step runs, "
     "forward rising, backward falling, without and with √L checkpointing.",
+    "decode": "A GQA transformer decoding one token a sequence against a KV cache of a short and a long "
+    "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
+    "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
+    "compute-bound step, a cross a batch that does not fit beside the weights.",
 }
 
 STYLE = """

@@ -319,7 +319,8 @@ ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
     "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
-ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion"})
+ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion",
+                      "weights", "kv_dtype"})
 
 
 def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:

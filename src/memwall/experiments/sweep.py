@@ -49,6 +49,11 @@ LARGE = "affine-48x1024"
 # A bf16 transformer for the batch window (figure 4); short sequences so the batch
 # axis spans from far below to far above the compute-bound batch in tokens.
 WINDOW_NETWORK = "gpt2-small"
+# Serving: a GQA model decoding on the modern machines, batch 1 to 256, a short and a long
+# context (where batching turns decode compute-bound, and where the KV cache takes over).
+DECODE_NETWORK = "llama3-8b"
+DECODE_BATCHES = (1, 8, 64, 256)
+DECODE_CONTEXTS = (512, 8192)
 
 MODERN_KINDS = ("gpu", "tpu", "wafer")
 # The batch window is drawn for a few modern machines, one line each, so it stays legible.
@@ -242,7 +247,8 @@ def study(*, quick: bool = False) -> list[Case]:
     - a bf16 transformer over batch sizes, up to 8192 tokens, on a few modern machines
       (the batch window and its plateau);
     - the large network with and without √L checkpointing on one modern machine;
-    - a few networks on one compute engine with memory bandwidth over four decades.
+    - a few networks on one compute engine with memory bandwidth over four decades;
+    - decode of a GQA transformer on a few modern machines over batch and context.
 
     ``quick`` keeps one machine per decade, three classics, fewer batches and bandwidths.
     """
@@ -268,6 +274,11 @@ def study(*, quick: bool = False) -> list[Case]:
         per_decade = 1 if quick else 3
         cases += product(synthetic_machines(base, per_decade=per_decade), synth_nets, [1],
                          updates="per-example")
+    if DECODE_NETWORK in networks and modern:
+        decode_machines = _window_machines(modern, most=1 if quick else 6)
+        batches = [1, 64] if quick else list(DECODE_BATCHES)
+        for context in DECODE_CONTEXTS[:1] if quick else DECODE_CONTEXTS:
+            cases += product(decode_machines, [DECODE_NETWORK], batches, phase="decode", context=context)
     return _dedupe(cases)
 
 
@@ -334,11 +345,23 @@ def validate(cases: Sequence[Case]) -> None:
         check_word(case.fusion, FUSIONS, "fusion")
         if case.phase not in PHASES:
             raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
+        _check_options(case)
     for spec in dict.fromkeys(c.machine for c in cases):
         # Loads every profile once, so a broken file fails here, not in a worker.
         machine_info(spec)
     for net in dict.fromkeys(c.network for c in cases if c.network):
         network_info(net)
+
+
+def _check_options(case: Case) -> None:
+    """The serving and dtype options, checked as the step will check them (network aside)."""
+    from ..workloads.config import TrainingConfig
+
+    if case.network is None:
+        return
+    TrainingConfig(batch=case.batch, updates=case.updates, optimizer=case.optimizer, dtype=case.dtype or "bf16",
+                   checkpoint=case.checkpoint, seq_len=case.seq_len, phase=case.phase, context=case.context,
+                   weights=case.weights, kv_dtype=case.kv_dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -359,6 +382,10 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
     m = machine_info(case.machine)
     net = network_info(case.network) if case.network else None
     seq = case.seq_len or (net.seq_len if net else None)
+    if case.phase == "decode":
+        seq = 1
+    elif case.phase == "prefill":
+        seq = case.context
     row: dict[str, Any] = {
         "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
         "bandwidth": m.bandwidth, "balance": m.balance(), "machine_balance": m.balance(),
@@ -395,6 +422,11 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })
+    serving = result.get("serving")
+    if serving:  # decode and prefill rows only, so other tables keep their columns
+        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "tokens_per_second",
+                                                "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
+        row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
     for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)
     for level, b in result["bytes"].items():

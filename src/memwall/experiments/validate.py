@@ -103,6 +103,9 @@ def case_for(m: Measurement) -> Case:
         dispatch=m.dispatch,
         accumulate=m.accumulate,
         fusion=m.fusion,
+        context=m.context,
+        weights=m.weights,
+        kv_dtype=m.kv_dtype,
     )
 
 
@@ -122,6 +125,11 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
         return float(prediction["achieved_flops"])
     if metric == "samples_per_second":
         return examples / seconds
+    if metric in ("tokens_per_second", "seconds_per_token"):
+        serving = prediction.get("serving")
+        if not serving or metric not in serving:
+            raise InputError(f"the prediction has no {metric!r}: it is not a decode or prefill case", field="metric")
+        return float(serving[metric])
     if metric in ("cups", "cps"):
         # run_case reports 'cups' for a training step and 'cps' for a forward one, both
         # connections x examples / seconds; the other is 0, and then the preset says C.

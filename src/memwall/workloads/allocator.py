@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-CLASSES = ("weights", "gradients", "optimizer", "activations", "workspace", "input")
+CLASSES = ("weights", "gradients", "optimizer", "activations", "workspace", "input", "kv_cache")
 HEAP_BASE = 1 << 28  # no tensor at address 0; 256 MiB leaves room for nothing in particular
 ALIGN = 256  # every tensor starts on a 256-byte boundary (covers 128-byte lines and DMA)
 SCRATCH_BASE = 1 << 62  # lowering's packing buffers: far above any heap a step can reach

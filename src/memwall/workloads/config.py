@@ -11,7 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..vocabulary import DTYPE_BYTES, FUSIONS, OPTIMIZERS, PHASES, UPDATES, check_word, parse_checkpoint
+from ..vocabulary import (
+    DTYPE_BYTES,
+    FUSIONS,
+    INFERENCE_DTYPES,
+    KV_DTYPES,
+    OPTIMIZERS,
+    PHASES,
+    SERVING_PHASES,
+    UPDATES,
+    WEIGHT_DTYPES,
+    check_word,
+    parse_checkpoint,
+)
 from ..vocabulary import TRAINING_DTYPES as DTYPES
 
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
@@ -46,12 +58,17 @@ class TrainingConfig:
     accumulate: int = 1
     grad_dtype: str | None = None
     fusion: str = "none"
+    context: int | None = None
+    weights: str | None = None
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch <= 0:
             raise InputError(f"batch must be a positive integer, got {self.batch!r}", field="batch")
-        for name, allowed in (("updates", UPDATES), ("optimizer", OPTIMIZERS), ("dtype", DTYPES), ("phase", PHASES)):
+        dtypes = DTYPES if self.phase == "train" else INFERENCE_DTYPES
+        for name, allowed in (("updates", UPDATES), ("optimizer", OPTIMIZERS), ("dtype", dtypes), ("phase", PHASES)):
             check_word(getattr(self, name), allowed, name)
+        self._check_serving()
         if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0):
             raise InputError(f"must be a positive integer, got {self.seq_len!r}", field="seq_len")
         parse_checkpoint(self.checkpoint)
@@ -67,6 +84,32 @@ class TrainingConfig:
             if self.dtype == "fp32" and self.grad_dtype != "fp32":
                 raise InputError("fp32 training keeps fp32 gradients", field="grad_dtype")
         check_word(self.fusion, FUSIONS, "fusion")
+
+    def _check_serving(self) -> None:
+        serving = self.phase in SERVING_PHASES
+        if serving and self.seq_len is not None:
+            raise InputError(f"--seq-len does not apply to {self.phase}: give the tokens in the cache as --context",
+                             field="seq_len")
+        if serving and self.context is None:
+            raise InputError(f"{self.phase} needs --context (tokens in each sequence's KV cache)", field="context")
+        if not serving and self.context is not None:
+            raise InputError(f"context applies to decode and prefill only, not {self.phase}", field="context")
+        c = self.context
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < (0 if self.phase == "decode" else 1)):
+            raise InputError(f"must be a {'non-negative' if self.phase == 'decode' else 'positive'} integer, got {c!r}",
+                             field="context")
+        for name, allowed in (("weights", WEIGHT_DTYPES), ("kv_dtype", KV_DTYPES)):
+            value = getattr(self, name)
+            if value is not None:
+                check_word(value, allowed, name)
+                if self.phase == "train":
+                    raise InputError(f"{name} applies to inference phases, not train", field=name)
+        if self.kv_dtype is not None and not serving:
+            raise InputError("kv_dtype applies to decode and prefill (the phases with a KV cache)", field="kv_dtype")
+
+    @property
+    def serving(self) -> bool:
+        return self.phase in SERVING_PHASES
 
     @property
     def elem_bytes(self) -> int:
@@ -102,4 +145,7 @@ class TrainingConfig:
             "accumulate": self.accumulate,
             "grad_dtype": self.gradient_dtype if self.training else None,
             "fusion": self.fusion,
+            # the serving options only where given, so other steps print as before
+            **{k: v for k, v in (("context", self.context), ("weights", self.weights), ("kv_dtype", self.kv_dtype))
+               if v is not None},
         }

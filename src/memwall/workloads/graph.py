@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..vocabulary import DTYPE_BITS
 from .config import DTYPE_BYTES, OPTIMIZER_STATES
 from .ops import OPTIMIZER_OPS, flops_of, plus, scale
 
@@ -85,6 +86,7 @@ class Param:
     layer: int
     group: str
     update: bool = True  # False: allocated, but no update kernel (no gradient reaches it)
+    stored: str | None = None  # weight-only quantization: the narrow type the weights are stored in
 
 
 class Graph:
@@ -115,8 +117,9 @@ class Graph:
         return tid
 
     def tensor(self, name: str, elements: int, esz: int | None = None, *, cls: str | None = None,
-               whole_step: bool = False, recompute_name: str | None = None) -> str:
-        nbytes = elements * (self.esz if esz is None else esz)
+               whole_step: bool = False, recompute_name: str | None = None, bits: int | None = None) -> str:
+        """``bits``: elements narrower than a byte (int4), packed; rounds up to whole bytes."""
+        nbytes = -(-elements * bits // 8) if bits else elements * (self.esz if esz is None else esz)
         scope = f"{self.block}/" if self.block >= 0 else ""
         return self.add_tensor(TensorDecl(scope + name, name, nbytes, cls, whole_step=whole_step,
                                           recompute_name=recompute_name))
@@ -134,8 +137,11 @@ class Graph:
             d = self.tensors[d.parent]
         return d.id, off
 
-    def param(self, name: str, values: int, *, training: bool, optimizer: str, update: bool = True) -> Param:
-        w = self.tensor(name, values, cls="weights", whole_step=True)
+    def param(self, name: str, values: int, *, training: bool, optimizer: str, update: bool = True,
+              stored: str | None = None) -> Param:
+        """``stored``: the weights kept in this narrow type (inference only), dequantized where used."""
+        bits = DTYPE_BITS[stored] if stored else None
+        w = self.tensor(name, values, cls="weights", whole_step=True, bits=bits)
         g = None
         state: list[str] = []
         if training:
@@ -144,17 +150,21 @@ class Graph:
                 state.append(self.tensor(f"master.{name}", values, 4, cls="optimizer", whole_step=True))
             for i in range(OPTIMIZER_STATES[optimizer]):
                 state.append(self.tensor(f"{('m', 'v')[i]}.{name}", values, 4, cls="optimizer", whole_step=True))
-        p = Param(name, w, g, tuple(state), values, self.layer, self.group, update)
+        p = Param(name, w, g, tuple(state), values, self.layer, self.group, update, stored)
         self.params.append(p)
         return p
 
     def part(self, p: Param, i: int, offset_values: int, values: int) -> Param:
         """A consecutive slice of a parameter (one expert, one matrix of a fused tensor)."""
-        def cut(t: str) -> str:
-            esz = self.tensors[t].bytes // p.values  # gradients may be wider than the weights
-            return self.view(t, f"{self.tensors[t].name}[{i}]", offset_values * esz, values * esz)
+        bits = DTYPE_BITS[p.stored] if p.stored else 8 * self.esz
 
-        return Param(f"{p.name}[{i}]", cut(p.w), cut(p.g) if p.g else None, (), values, p.layer, p.group, False)
+        def cut(t: str, b: int) -> str:
+            return self.view(t, f"{self.tensors[t].name}[{i}]", offset_values * b // 8, -(-values * b // 8))
+
+        # gradients may be wider than the weights (fp32 main gradients of a 16-bit step)
+        grad_bits = 8 * (self.tensors[p.g].bytes // p.values) if p.g else 0
+        return Param(f"{p.name}[{i}]", cut(p.w, bits), cut(p.g, grad_bits) if p.g else None, (), values, p.layer,
+                     p.group, False, p.stored)
 
     # ---- kernels --------------------------------------------------------------------------
     @contextmanager
@@ -173,11 +183,23 @@ class Graph:
         return op
 
     def gemm(self, name: str, phase: str, a: str, b: str, c: str, m: int, n: int, k: int, *,
-             trans: tuple[bool, bool] = (False, False), batch: int = 1, repeat: int = 1, role: str = "") -> None:
-        """``C[M x N] = A[M x K] . B[K x N]``, ``batch`` times: 2.M.N.K FLOPs each."""
+             trans: tuple[bool, bool] = (False, False), batch: int = 1, repeat: int = 1, role: str = "",
+             stored: str | None = None) -> None:
+        """``C[M x N] = A[M x K] . B[K x N]``, ``batch`` times: 2.M.N.K FLOPs each.
+
+        ``stored``: B is held in this narrow type and dequantized in the product's prologue,
+        once per element per run: a scale multiply, and for the integer types the zero
+        point's subtraction (as AWQ and GPTQ kernels do); those operations are counted.
+        """
         fma = batch * m * n * k
-        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, 2 * fma, {"fma": fma}, (a, b),
-                    (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, role=role))
+        ops: dict[str, int] = {"fma": fma}
+        params: dict[str, Any] = {}
+        if stored:
+            dq = batch * n * k
+            ops = plus(ops, {"mul": dq, **({"add": dq} if stored.startswith("int") else {})})
+            params = {"b_dtype": stored}
+        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, (a, b),
+                    (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, params=params, role=role))
 
     def ew(self, name: str, phase: str, reads: tuple[str, ...], writes: tuple[str, ...], elements: int,
            per_elem: dict[str, int], *, rows: int = 1, broadcast: tuple[str, ...] = (), op: str = "elementwise",

@@ -71,6 +71,11 @@ class Ledger:
     workspace: int
     input: int
     peak: int
+    kv_cache: int = 0  # the KV cache of decode and prefill (cached keys and values)
 
     def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
+        d = dict(vars(self))
+        cache = d.pop("kv_cache")
+        peak = d.pop("peak")
+        # steps without a cache print as they always did
+        return {**d, **({"kv_cache": cache} if cache else {}), "peak": peak}

@@ -45,11 +45,13 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from ..errors import InputError
 from ..profiles import ScheduleSpec
 from ..streams import Access, LoopNest
+from ..vocabulary import DTYPE_BITS
 from .allocator import SCRATCH_BASE, TensorRef
 from .config import DTYPE_BYTES
 from .step import Kernel
@@ -153,6 +155,8 @@ def _blocked_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
         mr, nr = (int(x) for x in p["micro_tile"])
         return kernel.batch * -(-m // mr) * -(-n // nr)
     if kernel.op == "attention":
+        if kernel.params.get("decode"):  # one query a head: the heads of every sequence share out
+            return max(1, kernel.batch // int(kernel.params["kv_group"]))
         return max(1, kernel.batch * int(kernel.params.get("seq", 1)) // 64)
     return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
 
@@ -213,6 +217,7 @@ class _Operands:
     ab: int
     bb: int
     cb: int
+    eb: Any = 0  # bytes of a B element when B is stored narrow (half a byte for int4); else e
 
 
 def _ops(kernel: Kernel) -> _Operands:
@@ -223,9 +228,26 @@ def _ops(kernel: Kernel) -> _Operands:
     a, b = kernel.reads[0], kernel.reads[1]
     c = kernel.writes[0]
     ta, tb = kernel.trans
+    stored = kernel.params.get("b_dtype")
+    eb: Any = Fraction(DTYPE_BITS[stored], 8) if stored else e
+    if eb == int(eb):
+        eb = int(eb)
     am, ak = (e, m * e) if ta else (k * e, e)
-    bk, bn = (e, k * e) if tb else (n * e, e)
-    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, m * k * e, k * n * e, m * n * ce)
+    bk, bn = (eb, k * eb) if tb else (n * eb, eb)
+    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, m * k * e, _whole(k * n * eb), m * n * ce, eb)
+
+
+def _whole(x: Any) -> int:
+    """Bytes of a narrow operand's piece: whole bytes, or the product cannot be lowered."""
+    if x != int(x):
+        raise InputError("int4 weights pack two values a byte: the product needs even dimensions", field="weights")
+    return int(x)
+
+
+def _wide_b(kernel: Kernel, family: str) -> None:
+    if kernel.params.get("b_dtype"):
+        raise InputError(f"narrow weights (--weights) are lowered on tiled and blocked schedules, not {family}",
+                         field="weights")
 
 
 def _drop_unit_loops(counts: list[int], accesses: list[Access], label: str) -> LoopNest:
@@ -240,6 +262,7 @@ def _drop_unit_loops(counts: list[int], accesses: list[Access], label: str) -> L
 
 # ---- scalar ---------------------------------------------------------------------------------------
 def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    _wide_b(kernel, "scalar")
     o = _ops(kernel)
     na, nb, nc = o.a.name, o.b.name, o.c.name
     if o.k == 1:  # outer product: a[i] held in a register across the j loop
@@ -263,6 +286,7 @@ def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
 
 # ---- vector ---------------------------------------------------------------------------------------
 def _gemm_vector(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    _wide_b(kernel, "vector")
     o = _ops(kernel)
     vl, regs = int(p["vector_length"]), int(p["vector_registers"])
     u_max = max(1, regs - 2)  # two registers stream the B strip and the product
@@ -343,12 +367,13 @@ def _gemm_blocked(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
         nr_count, mr_count = jw // nr_, iw // mr_
         counts = [kernel.batch, jn, pn, iN, nr_count, mr_count, pw]
         base_a = o.a.addr + i0 * o.am + p0 * o.ak
-        base_b = o.b.addr + p0 * o.bk + j0 * o.bn
+        base_b = o.b.addr + _whole(p0 * o.bk + j0 * o.bn)
         base_c = o.c.addr + i0 * o.cm + j0 * o.cn
         acc: list[Access] = []
         # pack B: kc x nc panel, row by row along its contiguous direction
-        b_size, pack_b_loop = (jw * e, pw) if o.bn == e else (pw * e, jw)
-        acc.append(Access(base_b, (o.bb, nc * o.bn, kc * o.bk), b_size, tensor=o.b.name))
+        # a narrow B is read narrow and packed dequantized (the packed panel is in e)
+        b_size, pack_b_loop = (_whole(jw * o.eb), pw) if o.bn == o.eb else (_whole(pw * o.eb), jw)
+        acc.append(Access(base_b, (o.bb, _whole(nc * o.bn), _whole(kc * o.bk)), b_size, tensor=o.b.name))
         acc.append(Access(bp_base, (0, 0, 0), pw * jw * e, is_write=True, tensor="pack.B"))
         # pack A: mc x kc block
         if o.ak == e:
@@ -395,7 +420,7 @@ def _split_packing(nest: LoopNest, b_rows: int, a_rows: int, o: _Operands, e: in
     counts = list(nest.counts)
     acc = list(nest.accesses)
     rb, wb, ra, wa = acc[0], acc[1], acc[2], acc[3]
-    b_row_stride = o.bk if o.bn == e else o.bn
+    b_row_stride = _whole(o.bk if o.bn == o.eb else o.bn)
     a_row_stride = o.am if o.ak == e else o.ak
     pack_b = LoopNest(
         tuple(counts[:3]) + (b_rows,),
@@ -429,14 +454,14 @@ def _wave_shape(tiles_m: int, tiles_n: int, batch: int, units: int) -> tuple[int
     return 1, wm, wn
 
 
-def _operand_block(ref: TensorRef, base: int, rows: int, chunk: int, row_stride: int, k_stride: int,
-                   e: int) -> Access:
+def _operand_block(ref: TensorRef, base: Any, rows: int, chunk: int, row_stride: Any, k_stride: Any,
+                   e: Any) -> Access:
     """The block loading ``rows`` output-side rows by a K chunk of ``chunk`` (base at k = 0),
     as one two-dimensional access: row by row along the operand's contiguous direction."""
     if k_stride == e:  # rows contiguous along K: one run per row
-        return Access(base, (), chunk * e, tensor=ref.name, rows=rows, row_stride=row_stride)
+        return Access(_whole(base), (), _whole(chunk * e), tensor=ref.name, rows=rows, row_stride=_whole(row_stride))
     # K-major: one run per K step, covering the block's rows
-    return Access(base, (), rows * e, tensor=ref.name, rows=chunk, row_stride=k_stride)
+    return Access(_whole(base), (), _whole(rows * e), tensor=ref.name, rows=chunk, row_stride=_whole(k_stride))
 
 
 def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
@@ -463,8 +488,8 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
                 a = _operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e)
                 s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
                 into.append(replace(a, strides=s, after=depth == 3))
-                b = _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, e)
-                s = (bw * o.bb, 0, wn * tn * o.bn) + ((kch * o.bk,) if depth == 4 else ())
+                b = _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, o.eb)
+                s = (bw * o.bb, 0, _whole(wn * tn * o.bn)) + ((_whole(kch * o.bk),) if depth == 4 else ())
                 into.append(replace(b, strides=s, after=depth == 3))
         stores = []
         for bi in range(bw):
@@ -480,6 +505,38 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
 
 
 # ---- attention (fused) ---------------------------------------------------------------------------
+def _decode_attention(kernel: Kernel, chunk: int) -> Lowered:
+    """Decode over a cache: per KV head of each sequence, its group's queries once, the
+    cached K and V rows streamed in chunks once (the group shares them), the outputs."""
+    pr = kernel.params
+    e = DTYPE_BYTES[kernel.dtype]
+    group, s, dk, dv, bits = (int(pr[k]) for k in ("kv_group", "context", "dk", "dv", "kv_bits"))
+    outer = kernel.batch // group
+    q, k = kernel.reads[0], kernel.reads[1]
+    v = kernel.reads[2] if len(kernel.reads) > 2 else None
+    o = kernel.writes[0]
+    kfull, krem = divmod(s, chunk)
+    qs, os_ = group * dk * e, o.bytes // outer  # one KV head's queries, and its outputs
+    acc = [Access(q.addr, (qs,), qs, tensor=q.name)]
+    tail: list[Access] = []
+    for ref, row in ((k, dk), (v, dv)):
+        if ref is None:
+            continue
+        per, rb = s * row * bits // 8, row * bits // 8
+        if kfull:
+            acc.append(Access(ref.addr, (per, chunk * rb), chunk * rb, tensor=ref.name))
+        if krem:
+            tail.append(Access(ref.addr + kfull * chunk * rb, (per,), krem * rb, after=True, tensor=ref.name))
+    tail.append(Access(o.addr, (os_,), os_, is_write=True, after=True, tensor=o.name))
+    depth1 = [a for a in acc if a.depth <= 1]
+    depth2 = [a for a in acc if a.depth == 2]
+    nest = LoopNest((outer, kfull) if kfull else (outer,), tuple(depth1 + depth2 + (tail if kfull else
+                    [replace(a, after=False) for a in tail])), kernel.name)
+    note = f"decode attention: {kernel.batch} query heads against {s} cached tokens in chunks of {chunk}; " \
+        f"K, V shared by {group} heads"
+    return Lowered([nest], 0, note)
+
+
 def _attention(kernel: Kernel, p: Mapping[str, Any], fam: str) -> Lowered:
     pr = kernel.params
     e = DTYPE_BYTES[kernel.dtype]
@@ -495,6 +552,8 @@ def _attention(kernel: Kernel, p: Mapping[str, Any], fam: str) -> Lowered:
         chunk = max(1, int(p["kc"]))
     else:
         chunk = 1
+    if pr.get("decode"):
+        return _decode_attention(kernel, chunk)
     kfull, krem = divmod(s, chunk)
     if pr.get("backward"):
         q, k, v, o, do, lse = kernel.reads

@@ -127,6 +127,11 @@ def _total_flops(kernels: list[Kernel], iterations: int) -> dict[str, int]:
 
 
 def _seq(network: Network, config: TrainingConfig) -> int:
+    """Tokens a sequence runs through the step: decode's one new token, prefill's prompt."""
+    if config.phase == "decode":
+        return 1
+    if config.phase == "prefill":
+        return config.context or 1
     return (config.seq_len or network.seq_len or 1) if network.is_sequence else 1
 
 
@@ -142,8 +147,14 @@ def declare(network: Network, config: TrainingConfig) -> Graph:
     g = Graph(config.dtype, config.gradient_dtype if config.training else None)
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
-                            optimizer=config.optimizer)
+                            optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
+                            weights=config.weights, kv_dtype=config.kv_dtype)
     else:
+        if config.serving:
+            raise InputError(f"{network.id} is not a sequence model: it has no KV cache to {config.phase}",
+                             field="phase")
+        if config.weights is not None:
+            raise InputError("weight-only quantization (weights) is modelled for transformers", field="weights")
         if config.seq_len is not None:
             raise InputError(f"{network.id} is not a sequence model: no seq_len", field="seq_len")
         declare_chain(g, network, batch, training=config.training, optimizer=config.optimizer)

@@ -11,6 +11,19 @@ Owns: :func:`attention` and :func:`attention_bwd`, for one block.
   implementations do). Its QK^T, softmax and dropout have role ``attention-core``, what
   selective recomputation reruns; a fused (flash) kernel saves only the softmax
   statistics and recomputes the scores in its backward.
+* Serving. Prefill (the prompt) and decode write each token's keys and values into the
+  layer's KV cache (class ``kv_cache``, live the whole step), a store kernel as serving
+  engines run one (vLLM's ``reshape_and_cache``), which also narrows them to the cache's
+  type. The cache is laid out [sequence, KV head, token, dim], K then V; the appended
+  row of a decode step is placed at the end of each of them (its bytes exact, its
+  addresses not strided). Decode attention is its own fused kernel: per KV head of each
+  sequence, the group's query tokens (one a query head) against ``context + 1`` cached
+  rows, dequantizing a narrow cache as it reads (a multiply per element, and for the
+  integer types a subtraction, counted). MLA caches the compressed latent
+  (``kv_lora_rank + qk_rope_head_dim`` a token) and decodes in the absorbed form
+  (DeepSeek-V2 section 2.1.3): every head attends to the one latent (K = the latent,
+  V = its first ``kv_lora_rank`` columns); the up-projection ``wkv_up`` runs on the new
+  token only, standing for the two absorbed products (same weights, same FLOPs).
 """
 
 from __future__ import annotations
@@ -18,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...networks import Network
+from ...vocabulary import DTYPE_BITS
 from ..graph import Op, Param
 from ..ops import SOFTMAX_BWD, SOFTMAX_FWD, flops_of, plus, scale
 from .layers import Rows, linear, linear_bwd, norm, norm_bwd
@@ -31,6 +45,25 @@ class Attn:
     batch: int
     seq: int
     r: Rows
+    phase: str = "train"
+    context: int = 0  # decode: tokens cached before this step; prefill: the prompt
+    kv_dtype: str | None = None
+
+    @property
+    def kv_bits(self) -> int:
+        return DTYPE_BITS[self.kv_dtype] if self.kv_dtype else 8 * self.r.g.esz
+
+    @property
+    def cached(self) -> int:
+        """Tokens the cache holds at the end of the step."""
+        return self.context + 1 if self.phase == "decode" else self.context
+
+    def cache_row(self) -> tuple[int, int]:
+        """Values a cached token holds per KV head for K and for V (MLA: the latent, once)."""
+        net = self.net
+        if net.mla:
+            return net.mla.kv_lora_rank + net.mla.qk_rope_head_dim, 0
+        return net.d_head, net.d_head
 
     @property
     def scores(self) -> int:
@@ -90,6 +123,61 @@ def _core_bwd(at: Attn, q: str, k: str, v: str, ctx: str, dctx: str, saved: dict
     g.gemm("attn.dK", "backward", dpd, q, dk_, s, dk, s, trans=(True, False), batch=bh, role="attention")
 
 
+def _dequant(kv_dtype: str | None, elements: int) -> dict[str, int]:
+    """Operations to widen a narrow cache as it is read: a scale, and an integer type's zero point."""
+    if kv_dtype in (None, "bf16", "fp16"):
+        return {}
+    return {"mul": elements, **({"add": elements} if kv_dtype.startswith("int") else {})}
+
+
+def _cache(at: Attn, sources: tuple[str, ...]) -> tuple[str, str | None]:
+    """Declare the layer's KV cache and the kernel storing this step's keys and values in it."""
+    g, net = at.r.g, at.net
+    kv_heads = 1 if net.mla else net.kv_heads
+    kr, vr = at.cache_row()
+    bits = at.kv_bits
+    per_k = at.batch * kv_heads * at.cached * kr
+    per_v = at.batch * kv_heads * at.cached * vr
+    cache = g.tensor("kv_cache", per_k + per_v, cls="kv_cache", whole_step=True, bits=bits)
+    kc = g.view(cache, "kv_cache.k", 0, -(-per_k * bits // 8))
+    vc = g.view(cache, "kv_cache.v", -(-per_k * bits // 8), -(-per_v * bits // 8)) if vr else None
+    new = at.r.n * kv_heads  # rows stored this step
+    nk, nv = -(-new * kr * bits // 8), -(-new * vr * bits // 8)
+    if at.phase == "decode":  # the appended row, placed at the end of K and of V
+        dests: tuple[str, ...] = (g.view(cache, "kv_cache.k.new", -(-per_k * bits // 8) - nk, nk),)
+        if vr:
+            dests += (g.view(cache, "kv_cache.v.new", -(-(per_k + per_v) * bits // 8) - nv, nv),)
+    else:
+        dests = (kc,) + ((vc,) if vc else ())
+    narrow = {"mul": new * (kr + vr)} if bits < 8 * g.esz else {}  # scale to the cache's type
+    g.ew("kv.store", "forward", sources, dests, new * (kr + vr), {}, extra=narrow, role="kv-cache")
+    return kc, vc
+
+
+def _decode_core(at: Attn, q: str, kc: str, vc: str | None) -> str:
+    """One query token a sequence against the cache: scores, softmax and context, fused."""
+    g, net = at.r.g, at.net
+    s = at.cached
+    if net.mla:
+        m = net.mla
+        assert m is not None
+        dk, dv, group = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank, net.heads
+    else:
+        dk, dv, group = net.d_head, net.d_head, net.heads // net.kv_heads
+    bh = at.batch * net.heads
+    ctx = g.tensor("attn.ctx", at.r.n * net.heads * net.v_dim())
+    scores = bh * s
+    kv_heads = at.batch * net.heads // group
+    ops = plus({"fma": scores * (dk + dv)}, scale(SOFTMAX_FWD, scores),
+               _dequant(at.kv_dtype, kv_heads * s * (dk + (0 if vc is None else dv))))
+    params = {"heads": net.heads, "kv_group": group, "seq": 1, "context": s, "dk": dk, "dv": dv,
+              "causal": False, "decode": True, "kv_bits": at.kv_bits}
+    reads = (q, kc) + ((vc,) if vc else ())
+    g.add(Op("attn.decode", "forward", "attention", g.dtype, flops_of(ops), ops, reads, (ctx,), (1, s, dk),
+             batch=bh, params=params, role="attention"))
+    return ctx
+
+
 def _heads(at: Attn, qkv: str, prefix: str) -> tuple[str, str, str]:
     """Q, K, V (or their gradients) as views of one fused tensor."""
     g, net, tok = at.r.g, at.net, at.r.n
@@ -116,6 +204,10 @@ def _mla(at: Attn, n1: str, p: dict[str, Param | None]) -> tuple[str, str, str, 
     ckv = linear(r, "wkv_down", "forward", n1, p["wkv_down"], None, h, m.kv_lora_rank + m.qk_rope_head_dim)
     ckvn = norm(r, "kv_norm", "forward", ckv, p["kv_norm"], m.kv_lora_rank, "rmsnorm")
     kv = linear(r, "wkv_up", "forward", ckvn, p["wkv_up"], None, m.kv_lora_rank, a * (m.qk_nope_head_dim + dv))
+    if at.phase == "decode":  # absorbed: the cache of latents is K and V; rope on the query
+        at.r.g.ew("attn.rope", "forward", (q,), (q,), tok * a * m.qk_rope_head_dim, {"mul": 2, "add": 1},
+                  role="position")
+        return q, ckv, kv, {"cq": cq, "cqn": cqn, "ckv": ckv, "ckvn": ckvn}
     k = g.tensor("attn.k", tok * a * dk)  # nope part from kv, rope part shared by the heads
     g.ew("attn.k.assemble", "forward", (kv, ckv), (k,), tok * a * dk, {"mul": 1})
     v = g.view(kv, "attn.v", tok * a * m.qk_nope_head_dim * g.esz, tok * a * dv * g.esz)
@@ -135,6 +227,10 @@ def attention(at: Attn, n1: str, p: dict[str, Param | None]) -> dict[str, object
         if net.positions == "rope":
             _rope(at, "attn.rope", "forward", q, k)
         sv = {}
+    if at.phase in ("decode", "prefill"):
+        kc, vc = _cache(at, (sv["ckv"],) if net.mla else (k, v))
+        if at.phase == "decode":
+            return {**sv, "q": q, "k": k, "v": v, "ctx": _decode_core(at, q, kc, vc), "core": {}}
     ctx, core = _core(at, "forward", q, k, v)
     return {**sv, "q": q, "k": k, "v": v, "ctx": ctx, "core": core}
 

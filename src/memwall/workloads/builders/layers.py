@@ -28,7 +28,8 @@ def linear(r: Rows, name: str, phase: str, x: str, w: Param, b: Param | None, n_
     """``y = x . W^T (+ b)``: weights are stored [out x in], so the product reads them transposed."""
     g = r.g
     y = g.tensor(f"{name}.out", r.n * n_out)
-    g.gemm(f"{name}.fwd", phase, x, w.w, y, r.n, n_out, n_in, trans=(False, True), repeat=r.repeat, role="linear")
+    g.gemm(f"{name}.fwd", phase, x, w.w, y, r.n, n_out, n_in, trans=(False, True), repeat=r.repeat, role="linear",
+           stored=w.stored)
     if b is not None:
         g.ew(f"{name}.bias", phase, (y, b.w), (y,), r.n * n_out, {"add": 1}, rows=r.n, broadcast=(b.w,),
              repeat=r.repeat, role="bias")

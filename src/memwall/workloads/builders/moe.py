@@ -27,8 +27,9 @@ def moe(r: Rows, net: Network, x: str, p: dict[str, Param | None]) -> tuple[str,
     routed = tok * m.active_experts
     xe = g.tensor("moe.dispatched", routed * h)
     g.ew("moe.dispatch", "forward", (x,), (xe,), routed * h, {}, role="dispatch")
-    # the first expert's kernels stand for all of them
-    rows = Rows(g, -(-routed // m.routed_experts), m.routed_experts)
+    # the first expert's kernels stand for all of them; with fewer routed tokens than
+    # experts (decoding a small batch) only as many experts as tokens receive one
+    rows = Rows(g, -(-routed // m.routed_experts), min(m.routed_experts, routed))
     per = sum(i * o for _, i, o in net.mlp_matrices(m.expert_d_ff))
     one = g.part(p["experts"], 0, 0, per)
     xe0 = g.view(xe, "moe.dispatched[0]", 0, rows.n * h * g.esz)

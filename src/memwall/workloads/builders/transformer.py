@@ -34,6 +34,10 @@ class _Model:
     training: bool
     optimizer: str
     targets: str | None = None  # the batch's next tokens (training)
+    phase: str = "train"
+    context: int = 0  # decode: tokens already cached per sequence; prefill: the prompt
+    weights: str | None = None  # block matrices stored in this narrow type (weight-only quantization)
+    kv_dtype: str | None = None  # the KV cache's type (None: the compute dtype)
 
     @property
     def tok(self) -> int:
@@ -43,14 +47,16 @@ class _Model:
 def _block_params(g: Graph, md: _Model, kind: str) -> dict[str, Param | None]:
     net = md.net
 
-    def p(name: str, values: int) -> Param:
-        return g.param(f"L{g.layer}.{name}", values, training=md.training, optimizer=md.optimizer)
+    def p(name: str, values: int, stored: str | None = None) -> Param:
+        return g.param(f"L{g.layer}.{name}", values, training=md.training, optimizer=md.optimizer, stored=stored)
 
     out: dict[str, Param | None] = {"ln1": p("ln1", net.norm_values()), "ln2": p("ln2", net.norm_values())}
 
+    # weight-only quantization covers the block's matrices (the embedding, head, norms and
+    # router stay in the compute type, as AWQ and GPTQ checkpoints keep them)
     def matrices(mats: list[tuple[str, int, int]]) -> None:
         for nm, n_in, n_out in mats:
-            out[nm] = p(nm, n_in * n_out)
+            out[nm] = p(nm, n_in * n_out, md.weights)
             out[nm + ".b"] = p(f"{nm}.b", n_out) if net.linear_bias else None
 
     matrices(net.attention_matrices())
@@ -64,8 +70,8 @@ def _block_params(g: Graph, md: _Model, kind: str) -> dict[str, Param | None]:
         assert m is not None
         per = sum(i * o for _, i, o in net.mlp_matrices(m.expert_d_ff))
         out["router"] = p("router", m.routed_experts * net.d_model)
-        out["experts"] = p("experts", m.routed_experts * per)
-        out["shared"] = p("shared_experts", max(m.shared_experts, 1) * per) if m.shared_experts else None
+        out["experts"] = p("experts", m.routed_experts * per, md.weights)
+        out["shared"] = p("shared_experts", max(m.shared_experts, 1) * per, md.weights) if m.shared_experts else None
     return out
 
 
@@ -102,7 +108,7 @@ def _block(g: Graph, md: _Model, kind: str, x: str, p: dict[str, Param | None]) 
     net, r = md.net, Rows(g, md.tok)
     h = net.d_model
     n1 = norm(r, "ln1", "forward", x, p["ln1"], h, net.norm)
-    at = Attn(net, md.batch, md.seq, r)
+    at = Attn(net, md.batch, md.seq, r, md.phase, md.context, md.kv_dtype)
     sv = attention(at, n1, p)
     o = linear(r, "wo", "forward", sv["ctx"], p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
     x2 = g.tensor("resid.attn", r.n * h)
@@ -215,11 +221,20 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
     return nf
 
 
-def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str) -> None:
-    """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``."""
-    if seq > (net.max_positions or seq):
-        raise InputError(f"seq_len {seq} exceeds the {net.max_positions} learned positions", field="seq_len")
-    md = _Model(net, batch, seq, training, optimizer)
+def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str,
+                        phase: str = "train", context: int = 0, weights: str | None = None,
+                        kv_dtype: str | None = None) -> None:
+    """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``.
+
+    ``phase`` decode: ``seq`` is 1, the new token, against ``context`` cached tokens;
+    prefill: ``seq`` = ``context``, the prompt, whose keys and values fill the cache.
+    """
+    reach = context + 1 if phase == "decode" else seq
+    if reach > (net.max_positions or reach):
+        what = "context + 1" if phase == "decode" else ("context" if phase == "prefill" else "seq_len")
+        raise InputError(f"{what} {reach} exceeds the {net.max_positions} learned positions",
+                         field="context" if phase in ("decode", "prefill") else "seq_len")
+    md = _Model(net, batch, seq, training, optimizer, phase=phase, context=context, weights=weights, kv_dtype=kv_dtype)
     o, blocks = _params(g, md)
     x0 = x = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
     saved = []
