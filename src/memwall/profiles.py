@@ -93,11 +93,16 @@ def _cycles(value: Any, context: dict[str, Any]) -> float:
     return seconds * clock
 
 
-def _kebab(value: str, context: dict[str, Any]) -> str:
+def check_id(value: str) -> str:
+    """``value`` if it is a valid profile id (lowercase kebab-case), else an InputError."""
     if (value != value.lower() or not all(c.isalnum() or c == "-" for c in value) or value.startswith("-")
             or value.endswith("-") or "--" in value):
         raise InputError(f"id {value!r} must be lowercase kebab-case (letters, digits, single hyphens)")
     return value
+
+
+def _kebab(value: str, context: dict[str, Any]) -> str:
+    return check_id(value)
 
 
 def _format_version(value: int, context: dict[str, Any]) -> int:

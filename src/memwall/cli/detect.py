@@ -8,7 +8,6 @@ It adds itself under ``memwall machines`` through the hook ``register_machines``
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import Any
 
@@ -39,15 +38,12 @@ def register_machines(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
 
 
-# The profile loader's rule for ids: lowercase kebab-case.
-_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
-
-
 def cmd_detect(args: argparse.Namespace) -> int:
     # Checked before measuring, so a bad --id or --out costs nothing and leaves no file.
-    if not _ID.fullmatch(args.id):
-        raise InputError(f"id {args.id!r} must be lowercase kebab-case (letters, digits, single hyphens)",
-                         field="--id")
+    try:
+        profiles.check_id(args.id)  # the profile loader's own rule for ids
+    except InputError as err:
+        raise InputError(err.reason, field="--id") from None
     if args.out is not None:
         from ..paths import writable_file
 
