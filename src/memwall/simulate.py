@@ -29,6 +29,7 @@ from .timing import (
     StepTiming,
     apply_dispatch,
     arithmetic_rate,
+    rate_dtype,
     time_kernel,
     traffic_from_counters,
     word_widening,
@@ -198,12 +199,12 @@ def check_cost(plan: ReplayPlan, max_lookups: int | None, *, exact: bool = False
         return
     hint = "" if exact else " (already sampled: see docs/timing.md)"
     raise InputError(
-        f"this step would replay {plan.lookups:.3g} line lookups{hint}, about {_duration(plan.seconds)} "
+        f"this step would replay {plan.lookups:.3g} line lookups{hint}, about {duration(plan.seconds)} "
         f"at ~{ENGINE_RATE / 1e6:.0f} M lookups/s; the limit is {limit:.3g}: pass --max-lookups "
         f"{_round_up(plan.lookups)} to run it anyway", field="--max-lookups")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
         if seconds >= 2 * size:
             return f"{seconds / size:.3g} {unit}"
@@ -544,8 +545,26 @@ def _warnings(machine: Machine, step: Step, ledger: dict, fits: bool) -> list[st
     return out
 
 
+def dtype_fallback(machine: Machine, step: Step, *, asked: bool, allow: bool) -> dict | None:
+    """None if the machine runs the step's products in their own dtype; else what runs
+    instead, with the warning to show. A dtype the user ``asked`` for is refused unless
+    ``allow``: a machine without bf16 does not silently become an fp32 run."""
+    dtype = step.kernels[0].dtype if step.kernels else None
+    if dtype is None or machine.peak_flops.get(dtype):
+        return None
+    used = rate_dtype(machine, dtype)
+    said = (f"{machine.id} has no {dtype} arithmetic (it states {', '.join(sorted(machine.peak_flops))})")
+    if asked and not allow:
+        raise InputError(f"{said}; choose one of those, or pass --allow-fallback to run the products at "
+                         f"its {used} rate", field="--dtype")
+    return {"requested": dtype, "used": used,
+            "warning": f"{said}: the products run at its {used} rate"
+                       + ("" if word_widening(machine, dtype) > 1 else f"; the data move as {dtype}")}
+
+
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
-             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None) -> dict:
+             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None,
+             allow_fallback: bool = False) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
     (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
     of every nest instead of sampling the large ones.
@@ -553,10 +572,16 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     Before any replay the cost is estimated (:func:`plan_replay`) and a case over
     ``max_lookups`` line lookups (None: :data:`MAX_LOOKUPS`) is refused with an
     InputError giving the estimate. ``progress(done, total)``, if given, is called as
-    pieces of the replay finish, in line lookups."""
+    pieces of the replay finish, in line lookups.
+
+    A ``case.dtype`` the machine states no rate for is refused, naming the machine's
+    dtypes, unless ``allow_fallback``; then, as for a network's own dtype (which is not
+    asked for), the products run at the fallback's rate with a warning and
+    ``dtype_fallback`` in the result."""
     if machine is None:
         machine = load_machine(case.machine)
     step = build_case_step(case)
+    fallback = dtype_fallback(machine, step, asked=case.dtype is not None, allow=allow_fallback)
     plan = plan_replay(machine, step, exact=exact)
     check_cost(plan, max_lookups, exact=exact)
     tick = None
@@ -571,6 +596,9 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     timing = simulate_step(machine, step, plan=plan, progress=tick, dispatch=case.dispatch)
     timing = accumulated(timing, step.config.accumulate)
     result = result_dict(case, step, timing)
+    if fallback is not None:
+        result["warnings"].append(fallback.pop("warning"))
+        result["dtype_fallback"] = fallback
     result.update(_per_step(case, step, timing))
     result.update(_seed(step, machine))
     if step.config.serving:

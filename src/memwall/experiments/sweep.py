@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import MODEL_VERSION
 from ..errors import InputError
-from ..simulate import Case
+from ..simulate import ENGINE_RATE, Case, duration
 from ..vocabulary import FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
 from .store import Store, atomic_write, dumps, write_tables
 
@@ -452,10 +452,46 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 # Running
 
 
-def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None) -> Mapping[str, Any]:
+def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None,
+                    allow_fallback: bool = False) -> Mapping[str, Any]:
     from ..simulate import run_case
 
-    return run_case(case, machine=machine, max_lookups=max_lookups)
+    return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback)
+
+
+# Distinct steps the cost estimate keeps built at once (a step of a large network holds
+# its kernels and loop nests; sweeps list cases machine by machine, so a few suffice).
+_PLANNED_STEPS = 64
+
+
+def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> tuple[int, dict[Case, str]]:
+    """The line lookups ``cases`` will replay, and the refusal of each case over
+    ``max_lookups``: estimated here, in the sweep's own process, from the streams'
+    analytic counts (:func:`memwall.simulate.plan_replay`) before any worker starts, so
+    a case that would run for days is refused without occupying one. A case that cannot
+    be planned (an unknown network, say) is left to its worker, which records why."""
+    from ..simulate import build_case_step, check_cost, plan_replay
+
+    steps: dict[Case, Any] = {}
+    machines: dict[str, Machine] = {}
+    total, refused = 0, {}
+    for case in cases:
+        try:
+            shape = replace(case, machine="")
+            if shape not in steps:
+                if len(steps) >= _PLANNED_STEPS:
+                    steps.clear()
+                steps[shape] = build_case_step(case)
+            if case.machine not in machines:
+                machines[case.machine] = load_machine_spec(case.machine)
+            plan = plan_replay(machines[case.machine], steps[shape])
+            check_cost(plan, max_lookups)
+        except InputError as err:
+            if err.field == "--max-lookups":
+                refused[case] = f"{type(err).__name__}: {err}"  # what the worker would have written
+            continue
+        total += plan.lookups
+    return total, refused
 
 
 def execute(case: Case, runner: Runner | None = None) -> dict[str, Any]:
@@ -609,6 +645,7 @@ def run_sweep(
     runner: Runner | None = None,
     progress: bool = True,
     max_lookups: int | None = None,
+    allow_fallback: bool = False,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
 
@@ -618,10 +655,13 @@ def run_sweep(
     moved aside and recomputed (:class:`~memwall.experiments.store.Store`); a case that
     another sweep sharing ``out`` is computing is waited for, not computed twice. A case
     whose replay would need more than ``max_lookups`` line lookups (None: the default of
-    :func:`memwall.simulate.run_case`) fails with the estimate as its reason.
+    :func:`memwall.simulate.run_case`) fails with the estimate as its reason, estimated
+    before any case runs (:func:`plan_costs`); ``allow_fallback`` runs a ``dtype`` a
+    machine lacks at its nearest dtype's rate instead of failing the case.
     """
-    if runner is None and max_lookups is not None:
-        runner = partial(_default_runner, max_lookups=max_lookups)
+    planned = runner is None  # a caller's own runner may replay nothing: its cost is its own
+    if runner is None and (max_lookups is not None or allow_fallback):
+        runner = partial(_default_runner, max_lookups=max_lookups, allow_fallback=allow_fallback)
     check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases)
     check_out_dir(out)
@@ -635,7 +675,13 @@ def run_sweep(
         if rec is None or rec.get("status") != "ok":
             todo.append(case)
     reused = len(cases) - len(todo)
+    lookups, refused = plan_costs(todo, max_lookups) if planned else (0, {})
+    if progress and lookups:
+        print(f"{len(todo)} cases to run: about {lookups:.3g} line lookups, at most "
+              f"{duration(lookups / ENGINE_RATE / min(jobs, len(todo)))} on {min(jobs, len(todo))} "
+              f"worker(s)", file=sys.stderr)
 
+    todo = [c for c in todo if c not in refused]
     bar = _progress(len(cases), reused, progress)
     failures = 0
     computed = 0
@@ -656,6 +702,8 @@ def run_sweep(
                     failures += 1
                     bar.set_postfix_str(f"failed {failures}")
 
+        for case, reason in refused.items():
+            finish(case, {"error": reason})
         if todo:
             if executor == "dask":
                 _run_dask(feeder, runner, jobs, scheduler, finish)
