@@ -158,6 +158,12 @@ class HierarchyCounters:
             "accesses": self.accesses,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HierarchyCounters:
+        """The inverse of :meth:`as_dict` (a stored replay read back)."""
+        return cls([LevelCounters(**lv) for lv in data["levels"]], MemoryCounters(**data["memory"]),
+                   data["accesses"])
+
 
 def _as_level(item: LevelSpec | Mapping[str, Any]) -> LevelSpec:
     if isinstance(item, LevelSpec):
