@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode")
+         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -41,6 +41,7 @@ TITLES = {
     "roofline": "8. Roofline explorer: every kernel of a step under the machine's roofs",
     "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
     "decode": "10. Decode: tokens per second against batch, at a short and a long context",
+    "llc_capacity": "11. Cache each network needs: main-memory bytes against last-level capacity",
 }
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
@@ -566,8 +567,7 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
-# Last-level capacity: one pass of the capacity sweep per network and machine (not yet
-# among NAMES: it replays steps, so a sweep would have to opt in)
+# 11. Last-level capacity: one pass of the capacity sweep per network and machine
 
 LLC_CASES = (("sun-3-260", "nettalk"), ("v100-sxm2", "lecun-1989"), ("h100-sxm", "affine-48x1024"))
 
@@ -616,7 +616,7 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
 
 def fig_llc_capacity(table: Sequence[Mapping[str, Any]]):
     if not table:
-        return _empty_named("llc_capacity", "a machine with a sweepable (LRU, write-back) last cache level")
+        return _empty("llc_capacity", "a machine with a sweepable (LRU, write-back) last cache level")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     for (machine, network), colour in zip(dict.fromkeys((r["machine"], r["network"]) for r in table),
@@ -639,14 +639,6 @@ def fig_llc_capacity(table: Sequence[Mapping[str, Any]]):
     _finish(fig, _sources("Each curve is one pass of the capacity sweep (LRU stack distances, exact for "
                           "every associativity); circles mark each machine's actual capacity. The step's "
                           "second pass, after one to warm the caches; no sampling."))
-    return fig
-
-
-def _empty_named(name: str, needs: str):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, f"No data for figure {name}.\nIt needs: {needs}", ha="center", fontsize=9)
     return fig
 
 
@@ -828,6 +820,13 @@ def _network_inputs(network: str, **params: Any) -> dict[str, Any]:
     return {"model": MODEL_VERSION, "network": network_info(network).fingerprint, **params}
 
 
+def _llc_inputs(cases: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    from .sweep import machine_info, network_info
+
+    return {"model": MODEL_VERSION, "cases": [[machine_info(m).fingerprint, network_info(n).fingerprint]
+                                              for m, n in cases]}
+
+
 def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
     """What figure ``name`` was last drawn from (``figures/name.json``): ``data`` (table
     name -> records), ``inputs`` and ``digest``; None if it was never drawn."""
@@ -882,6 +881,10 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                                  lambda: {"live": highwater_table()}, lambda d: fig_activation_highwater(d["live"])),
         "decode": (None, lambda: {"rows": [r for r in rows if r.get("phase") == "decode"]},
                    lambda d: fig_decode(d["rows"])),
+        # Replays three steps (seconds); kept while the model, the networks and the
+        # machines' profiles are unchanged.
+        "llc_capacity": (lambda: _llc_inputs(LLC_CASES), lambda: {"capacity": llc_capacity_table()},
+                         lambda d: fig_llc_capacity(d["capacity"])),
     }
     written: dict[str, list[Path]] = {}
     for name in names:

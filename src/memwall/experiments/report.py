@@ -27,7 +27,7 @@ from .store import read_rows
 
 # The figures the page draws, in order (the validation figure's data is validation.json).
 PAGE_FIGURES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-                "synthetic_balance", "validation", "roofline", "activation_highwater")
+                "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity")
 
 CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
@@ -58,6 +58,9 @@ CAPTIONS = {
     "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
     "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
     "compute-bound step, a cross a batch that does not fit beside the weights.",
+    "llc_capacity": "Main-memory bytes of one training step against the capacity of the last cache level, "
+    "every capacity from one replay (LRU stack distances), per network of an era on a machine of its era; a "
+    "circle marks the machine's actual capacity. Where a curve falls to zero the step fits in that cache.",
 }
 
 STYLE = """

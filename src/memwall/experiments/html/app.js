@@ -231,6 +231,39 @@
     });
   })();
 
+  // 10. decode: tokens per second against batch, one trace per machine and context
+  (function () {
+    var t = ((F.decode || {}).rows || []).filter(function (r) { return r.status === "ok" && r.tokens_per_second; });
+    var traces = [], k = 0;
+    uniq(t.map(function (r) { return r.context; })).forEach(function (ctx, i) {
+      uniq(t.map(function (r) { return r.machine; })).forEach(function (m) {
+        var s = t.filter(function (r) { return r.machine === m && r.context === ctx; }).sort(function (a, b) { return a.batch - b.batch; });
+        if (!s.length) return;
+        traces.push({type: "scatter", mode: "lines+markers", name: m + ", context " + ctx,
+          x: s.map(function (r) { return r.batch; }), y: s.map(function (r) { return r.tokens_per_second; }),
+          line: {dash: i ? "dot" : "solid", color: COLOURS[k++ % 10]},
+          marker: {symbol: s.map(function (r) { return r.bound === "compute" ? "star" : (r.max_batch_that_fits != null && r.batch > r.max_batch_that_fits ? "x" : "circle"); }), size: 8},
+          customdata: s.map(function (r) { return [r.machine, r.network, r.batch, ctx, fmt(r.tokens_per_second), r.bound, r.max_batch_that_fits]; }),
+          hovertemplate: hover([["machine", 0], ["network", 1], ["batch", 2], ["context", 3], ["tokens/s", 4], ["bound", 5], ["largest batch that fits", 6]])});
+      });
+    });
+    plot("plot-decode", traces, {xaxis: ax("batch (sequences decoding together)", true), yaxis: ax("tokens per second (all sequences)", true)});
+  })();
+
+  // 11. last-level capacity: memory bytes against the last cache level's capacity
+  (function () {
+    var t = (F.llc_capacity || {}).capacity || [], traces = [];
+    uniq(t.map(function (r) { return r.machine + " / " + r.network; })).forEach(function (name, k) {
+      var s = t.filter(function (r) { return r.machine + " / " + r.network === name; }).sort(function (a, b) { return a.capacity - b.capacity; });
+      traces.push({type: "scatter", mode: "lines+markers", name: s[0].network + " on " + s[0].machine + " (" + s[0].level + ")",
+        x: s.map(function (r) { return r.capacity; }), y: s.map(function (r) { return Math.max(r.memory_bytes, 1); }),
+        line: {color: COLOURS[k % 10]}, marker: {size: s.map(function (r) { return r.actual ? 12 : 4; }), symbol: s.map(function (r) { return r.actual ? "circle-open" : "circle"; })},
+        customdata: s.map(function (r) { return [r.machine, r.network, fmt(r.capacity), fmt(r.memory_bytes), r.actual ? "yes" : ""]; }),
+        hovertemplate: hover([["machine", 0], ["network", 1], ["capacity B", 2], ["memory bytes", 3], ["the machine's own", 4]])});
+    });
+    plot("plot-llc_capacity", traces, {xaxis: ax("last-level cache capacity (B)", true), yaxis: ax("main-memory bytes of one training step (1 = none)", true)});
+  })();
+
   // The machine picker: that machine's breakdown across networks and batches, and its section.
   (function () {
     var sel = document.getElementById("machine-picker");
