@@ -1016,7 +1016,9 @@ def fig_gholami(rows: Sequence[Mapping[str, Any]]):
         _gholami_lines(ax, rows, key, styles=beyond)
         ax.set_title(f"{title}: other machines, batched decode", fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
-    grid[4].legend(fontsize=5.5, ncol=2)
+    low, high = grid[4].get_ylim()
+    grid[4].set_ylim(low, high * 30)  # headroom: the legend goes above the lines
+    grid[4].legend(fontsize=5.5, ncol=2, loc="upper right")
     summary = gholami_summary(rows)
     ratios = [s for s in summary if s["machine"] == home and s["what"] == "encoder/decoder"]
     span = (f"encoder/decoder intensity {min(s['intensity_ratio'] for s in ratios):.0f}–"
