@@ -42,7 +42,11 @@ TITLES = {
     "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
     "decode": "10. Decode: tokens per second against batch, at a short and a long context",
     "llc_capacity": "11. Cache each network needs: main-memory bytes against last-level capacity",
+    "gholami": "12. Gholami's case study, simulated: encoders against a decoder over sequence length",
 }
+# Figures drawn only when named (``write_figures(..., only=[...])``): they simulate cases
+# of their own rather than read a sweep's, so a sweep does not pay for them unasked.
+OPT_IN = ("gholami",)
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
 STALL_COLOURS = ["#c44e52", "#dd8452", "#937860", "#8172b3", "#da8bc3", "#8c8c8c", "#ccb974"]
@@ -799,6 +803,233 @@ def fig_activation_highwater(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
+# 12. Gholami's figure, simulated (opt-in: it replays its own cases, see OPT_IN)
+
+# Gholami et al. profiled BERT-Base, BERT-Large and GPT-2 on an Intel Xeon Gold 6242 at
+# batch 1 with 8-bit parameters and activations, over sequence lengths from 128 up.
+GHOLAMI_MACHINE = "xeon-gold-6242"
+GHOLAMI_COMPARE = "h100-sxm"  # one modern machine, beyond their single profile
+GHOLAMI_NETWORKS = (("bert-base", "encoder"), ("bert-large", "encoder"), ("gpt2-small", "decoder"))
+GHOLAMI_LENGTHS = (128, 256, 512, 1024, 2048, 4096)
+GHOLAMI_BATCH = 16  # batched decode: sequences generated together, which their profile did not run
+GHOLAMI_DTYPE = "int8"
+GHOLAMI_METRICS = ("flops", "bytes", "seconds")
+# Tested bound (tests/test_gholami.py) of the summed-decode approximation against the exact
+# sum over every context, per metric, as a fraction of the exact sum.
+GHOLAMI_SUM_BOUND = 0.02
+
+
+def gholami_contexts(lengths: Iterable[int]) -> list[int]:
+    """The decode contexts sampled to sum the steps of generating each length L: 0, and
+    L/2 - 1, 3L/4 - 1 and L - 1 of every L (so every sum has its own end points)."""
+    out = {0}
+    for n in lengths:
+        out |= {c for c in (n // 2 - 1, 3 * n // 4 - 1, n - 1) if c >= 0}
+    return sorted(out)
+
+
+def summed_decode(per_context: Mapping[int, Mapping[str, float]], length: int) -> dict[str, float]:
+    """FLOPs, main-memory bytes and seconds of generating ``length`` tokens one by one: the
+    sum of the decode steps at contexts 0 ... length - 1. A context not in ``per_context``
+    (one step's results, by context) is interpolated linearly between the sampled ones
+    below ``length`` (exact where a step's cost is linear in its context, as its attention
+    FLOPs and cache bytes are); 0 and ``length - 1`` must be sampled."""
+    sampled = sorted(c for c in per_context if c < length)
+    if not sampled or sampled[0] != 0 or sampled[-1] != length - 1:
+        raise ValueError(f"summing {length} decode steps needs contexts 0 and {length - 1} sampled, got {sampled}")
+    every = np.arange(length)
+    return {m: float(np.interp(every, sampled, [per_context[c][m] for c in sampled]).sum())
+            for m in GHOLAMI_METRICS}
+
+
+def _step_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    return {"flops": float(result["flops"]), "bytes": float(result["bytes"]["memory"]),
+            "seconds": float(result["seconds"])}
+
+
+def _long_presets(networks: Iterable[str], longest: int, folder: Path) -> dict[str, str]:
+    """Each preset as a file whose learned position table holds ``longest`` rows where its
+    own is shorter (BERT has 512, GPT-2 1024); the others as they are, by id."""
+    from ..data import data_files
+    from ..networks import load_network
+
+    files = {p.stem: p for p in data_files("networks")}
+    out = {}
+    for net in networks:
+        if 0 < load_network(net).max_positions < longest:
+            text = files[net].read_text(encoding="utf-8")
+            path = folder / f"{net}.toml"
+            path.write_text(text.replace("[transformer]\n", f"[transformer]\nmax_positions = {longest}\n", 1),
+                            encoding="utf-8")
+            out[net] = str(path)
+        else:
+            out[net] = net
+    return out
+
+
+def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
+                  machines: Sequence[str] = (GHOLAMI_MACHINE, GHOLAMI_COMPARE),
+                  networks: Sequence[tuple[str, str]] = GHOLAMI_NETWORKS, decode_batch: int = GHOLAMI_BATCH,
+                  dtype: str = GHOLAMI_DTYPE,
+                  run: Callable[[Any], Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One row per machine, network, batch and sequence length L: FLOPs, main-memory bytes,
+    seconds, arithmetic intensity (FLOPs per main-memory byte) and latency over BERT-Base's
+    (the first network's) at the shortest length on the same machine.
+
+    An encoder's row is one forward pass over L tokens at batch 1; a decoder's is L tokens
+    generated one by one, the sum of its decode steps at contexts 0 ... L - 1, from the
+    steps at :func:`gholami_contexts` (:func:`summed_decode`), at batch 1 and, per
+    sequence, at ``decode_batch`` sequences together (0: none). Presets are given the
+    learned positions the longest length needs (:func:`_long_presets`)."""
+    import tempfile
+
+    from ..simulate import Case, run_case
+
+    run = run or run_case
+    lengths = sorted(lengths)
+    contexts = gholami_contexts(lengths)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _long_presets([n for n, _ in networks], lengths[-1], Path(tmp))
+        for machine in machines:
+            for net, role in networks:
+                common = {"machine": machine, "network": net, "role": role, "dtype": dtype}
+                if role == "encoder":
+                    for n in lengths:
+                        r = run(Case(machine=machine, network=files[net], phase="forward", seq_len=n, dtype=dtype))
+                        rows.append({**common, "batch": 1, "length": n, **_step_metrics(r), "sampled_contexts": None})
+                    continue
+                for batch in (1, decode_batch) if decode_batch > 1 else (1,):
+                    steps = {c: _step_metrics(run(Case(machine=machine, network=files[net], phase="decode", context=c,
+                                                       batch=batch, dtype=dtype)))
+                             for c in contexts}
+                    for n in lengths:
+                        rows.append({**common, "batch": batch, "length": n, **summed_decode(steps, n),
+                                     "sampled_contexts": sum(c < n for c in contexts)})
+            mine = [r for r in rows if r["machine"] == machine]
+            base = next(r for r in mine if r["network"] == networks[0][0] and r["batch"] == 1)["seconds"]
+            for r in mine:
+                r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else None
+                r["seconds_per_sequence"] = r["seconds"] / r["batch"]
+                r["latency_norm"] = r["seconds_per_sequence"] / base
+    return rows
+
+
+def gholami_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per machine and length: each encoder's intensity over the batch-1 decoder's, and the
+    decoder's latency over each encoder's; per machine and network, latency growth from the
+    shortest length to the longest."""
+    out: list[dict[str, Any]] = []
+    for machine in dict.fromkeys(r["machine"] for r in rows):
+        sub = [r for r in rows if r["machine"] == machine and r["batch"] == 1]
+        dec = {r["length"]: r for r in sub if r["role"] == "decoder"}
+        for r in sub:
+            if r["role"] == "encoder" and r["length"] in dec:
+                d = dec[r["length"]]
+                out.append({"machine": machine, "what": "encoder/decoder", "network": r["network"],
+                            "decoder": d["network"], "length": r["length"],
+                            "intensity_ratio": r["intensity"] / d["intensity"],
+                            "latency_ratio": d["seconds"] / r["seconds"]})
+        for net in dict.fromkeys(r["network"] for r in sub):
+            line = sorted((r for r in sub if r["network"] == net), key=lambda r: r["length"])
+            out.append({"machine": machine, "what": "latency growth", "network": net,
+                        "length": f"{line[0]['length']}-{line[-1]['length']}",
+                        "latency_growth": line[-1]["seconds"] / line[0]["seconds"]})
+    return out
+
+
+GHOLAMI_COLOURS = {"bert-base": "#4c72b0", "bert-large": "#55a868", "gpt2-small": "#c44e52"}
+
+
+def _gholami_lines(ax, rows: Sequence[Mapping[str, Any]], key: str, *, styles: Mapping[tuple[str, int], str]) -> None:
+    for (machine, batch), ls in styles.items():
+        for net in dict.fromkeys(r["network"] for r in rows):
+            line = sorted((r for r in rows if r["machine"] == machine and r["batch"] == batch and r["network"] == net
+                           and r.get(key)), key=lambda r: r["length"])
+            if not line:
+                continue
+            tag = "" if len(styles) == 1 else f", {machine}" + (f", batch {batch}" if batch > 1 else "")
+            ax.plot([r["length"] for r in line], [r[key] for r in line], ls=ls, marker="o", ms=3,
+                    color=GHOLAMI_COLOURS.get(net, "#8172b3"), label=f"{net}{tag}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _gholami_data(options: Mapping[str, Any]) -> dict[str, Any]:
+    rows = gholami_table(**options)
+    return {"rows": rows, "summary": gholami_summary(rows)}
+
+
+def _gholami_inputs(options: Mapping[str, Any]) -> dict[str, Any]:
+    """What the figure's data is computed from: reused while none of it changes."""
+    from .sweep import machine_info, network_info
+
+    machines = options.get("machines", (GHOLAMI_MACHINE, GHOLAMI_COMPARE))
+    networks = options.get("networks", GHOLAMI_NETWORKS)
+    import json
+
+    from .store import dumps
+
+    inputs = {"model": MODEL_VERSION, "options": {k: v for k, v in options.items() if k != "run"},
+              "machines": {m: machine_info(m).fingerprint for m in machines},
+              "networks": {n: network_info(n).fingerprint for n, _ in networks}}
+    return json.loads(dumps(inputs))  # as stored: tuples read back as lists
+
+
+def fig_gholami(rows: Sequence[Mapping[str, Any]]):
+    """Gholami's four panels on their CPU (FLOPs, memory bytes, intensity, latency against
+    sequence length) and, beside them, intensity and latency on a modern machine and with
+    batched decode."""
+    if not rows:
+        return _empty("gholami", "BERT-Base, BERT-Large and GPT-2 simulated at several sequence lengths")
+    plt = _plt()
+    home = rows[0]["machine"]
+    others = [m for m in dict.fromkeys(r["machine"] for r in rows) if m != home]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    solo = {(home, 1): "-"}
+    panels = (("flops", "(a) FLOPs", "FLOPs of the pass (forward; GPT-2: every generated token)"),
+              ("bytes", "(b) Memory operations", "main-memory bytes (read + written)"),
+              ("intensity", "(c) Arithmetic intensity", "FLOPs per main-memory byte"),
+              ("latency_norm", "(d) Latency", "latency ÷ BERT-Base's at the shortest length"))
+    grid = axes.ravel()  # reading order: (a) (b) (c) / (d) (e) (f)
+    for ax, (key, title, ylabel) in zip(grid[:4], panels, strict=True):
+        _gholami_lines(ax, rows, key, styles=solo)
+        ax.set_title(f"{title}, {home}, batch 1, {rows[0]['dtype']}", fontsize=9)
+        ax.set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=7)
+    beyond = {**solo, **{(m, 1): "--" for m in others}}
+    batches = sorted({r["batch"] for r in rows if r["batch"] > 1})
+    beyond.update({(m, b): ":" for m in (home, *others) for b in batches})
+    for ax, key, title, ylabel in (
+            (grid[4], "intensity", "(e) Arithmetic intensity", panels[2][2]),
+            (grid[5], "latency_norm", "(f) Latency", "latency per sequence ÷ BERT-Base's at the shortest length")):
+        _gholami_lines(ax, rows, key, styles=beyond)
+        ax.set_title(f"{title}: other machines, batched decode", fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+    low, high = grid[4].get_ylim()
+    grid[4].set_ylim(low, high * 30)  # headroom: the legend goes above the lines
+    grid[4].legend(fontsize=5.5, ncol=2, loc="upper right")
+    summary = gholami_summary(rows)
+    ratios = [s for s in summary if s["machine"] == home and s["what"] == "encoder/decoder"]
+    span = (f"encoder/decoder intensity {min(s['intensity_ratio'] for s in ratios):.0f}–"
+            f"{max(s['intensity_ratio'] for s in ratios):.0f}x on {home}") if ratios else ""
+    fig.suptitle(f"12. Gholami's case study, simulated: encoders against a decoder ({span})", fontsize=11)
+    n_ctx = max((r["sampled_contexts"] or 0) for r in rows)
+    _finish(fig, _sources(
+        f"Beside {GHOLAMI_REF}: at batch 1 on this CPU with 8-bit weights and activations, GPT-2's arithmetic intensity "
+        "is orders of magnitude below BERT's and its latency grows faster with the sequence, at similar FLOPs. "
+        "Here: encoders = one forward pass over the sequence; GPT-2 = the sequence generated token by token, the "
+        f"sum of its decode steps at contexts 0 ... L-1, from at most {n_ctx} sampled contexts interpolated linearly "
+        f"(within {GHOLAMI_SUM_BOUND:.0%} of the exact sum where tested, tests/test_gholami.py). Learned position "
+        "tables extended past the presets' 512 (BERT) and 1024 (GPT-2). Right column, what one profile could not "
+        "show: the same on another machine (dashed) and decode batched (dotted; per sequence)."))
+    fig.subplots_adjust(top=0.92)
+    return fig
+
+
+# --------------------------------------------------------------------------------------
 # Writing, redrawn only when a figure's data changed
 
 
@@ -843,7 +1074,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   machines: Sequence[Mapping[str, Any]] | None = None,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
                   only: Iterable[str] | None = None,
-                  measurements: str | os.PathLike[str] | None = None) -> dict[str, list[Path]]:
+                  measurements: str | os.PathLike[str] | None = None,
+                  gholami: Mapping[str, Any] | None = None) -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
     Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
@@ -853,7 +1085,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     are unchanged. ``machines`` (see :func:`machine_table`) and ``ledger`` (see
     :func:`ledger_table`) default to the shipped profiles and the affine-48x1024 network's
     steps; the validation figure predicts the shipped measurements, or those in
-    ``measurements`` (file or folder).
+    ``measurements`` (file or folder). Figures in OPT_IN are drawn only when named in
+    ``only``; ``gholami`` holds keyword arguments of :func:`gholami_table`.
     """
     import hashlib
 
@@ -885,6 +1118,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         # machines' profiles are unchanged.
         "llc_capacity": (lambda: _llc_inputs(LLC_CASES), lambda: {"capacity": llc_capacity_table()},
                          lambda d: fig_llc_capacity(d["capacity"])),
+        "gholami": (lambda: _gholami_inputs(gholami or {}), lambda: _gholami_data(gholami or {}),
+                    lambda d: fig_gholami(d["rows"])),
     }
     written: dict[str, list[Path]] = {}
     for name in names:
@@ -913,4 +1148,4 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         from .validate import write_validation
 
         written["validation"] = write_validation(out, measurements)
-    return {n: written[n] for n in NAMES if n in written}
+    return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}
