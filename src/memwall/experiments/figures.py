@@ -289,7 +289,12 @@ def _memory_ratio_flip(sel: Sequence[Row]):
     for k, net in enumerate(dict.fromkeys(r["network"] for r in sel)):
         sub = sorted((r for r in sel if r["network"] == net and r.get("memory_ratio")), key=lambda r: r["balance"])
         colour = cmap(k % 10)
-        ax.scatter([r["balance"] for r in sub], [r["memory_ratio"] for r in sub], s=18, color=colour, label=net)
+        streamed = [r for r in sub if not r.get("weights_on_chip")]
+        on_chip = [r for r in sub if r.get("weights_on_chip")]
+        ax.scatter([r["balance"] for r in streamed], [r["memory_ratio"] for r in streamed], s=18, color=colour,
+                   label=net)
+        ax.scatter([r["balance"] for r in on_chip], [r["memory_ratio"] for r in on_chip], s=30, facecolors="none",
+                   edgecolors=colour, label=None if streamed else net)
         ov = [(r["balance"], r["overhead_fraction"] / r["compute_fraction"]) for r in sub
               if r.get("compute_fraction") and r.get("overhead_fraction")]
         ax2.scatter([x for x, _ in ov], [y for _, y in ov], s=18, color=colour, marker="s", label=net)
@@ -317,7 +322,8 @@ def _memory_ratio_flip(sel: Sequence[Row]):
     ax.set_title("Per-example training: the flip is where the ratio crosses 1")
     ax2.set_title("What the ratio leaves out: launch and vector start-up")
     _finish(fig, _sources("memory_ratio from each case's result; dotted lines: each network's no-reuse "
-                          "intensity, the predicted crossing."))
+                          "intensity, the predicted crossing. Hollow: the weights fit in the machine's largest "
+                          "on-chip level, so the step need not stream them from memory."))
     return fig
 
 

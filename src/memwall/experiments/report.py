@@ -33,11 +33,12 @@ CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
     "fitted growth of peak arithmetic and of memory bandwidth per two years beside Gholami et al.'s "
     "3.0× and 1.6×. Higher balance means more arithmetic per byte is needed to keep the machine busy.",
-    "regime_flip": "Per-example training (batch 1): each point is one machine. Stall fraction near 0 "
-    "means arithmetic-bound, near 1 means waiting on memory. Dotted lines mark each network's "
-    "arithmetic intensity with no cache reuse; the flip is expected where the balance passes it. "
-    "Launch overhead is neither arithmetic nor stall: small networks on accelerators are overhead-bound "
-    "(figure 3) and stay low here.",
+    "regime_flip": "Per-example training (batch 1): each point is one machine, at its memory time ÷ "
+    "arithmetic time (memory_ratio; 1 is the flip, above it the step waits on memory more than it computes). "
+    "Dotted lines mark each network's arithmetic intensity with no cache reuse, where the flip is expected "
+    "as balance passes it; hollow points are cases whose weights fit in the machine's largest on-chip level. "
+    "Launch and vector start-up are neither memory nor arithmetic: the sweep's rows give them as "
+    "dispatch_fraction and overhead_fraction (figure 3 shows them).",
     "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
     "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
     "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "

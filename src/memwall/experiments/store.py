@@ -315,13 +315,14 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
 
 
 # What every row of results.json must hold for the report and figures to use it; every
-# other field is a finite number or null, but these text ones (and 'synthetic', a bool).
+# other field is a finite number or null, but these text ones (and the flags, bools).
 ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
     "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
 ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion",
                       "weights", "kv_dtype"})
+ROW_FLAGS = frozenset({"synthetic", "weights_on_chip"})
 
 
 def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -337,7 +338,7 @@ def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
             continue
         if name in ROW_TEXT:
             ok = isinstance(value, str)
-        elif name == "synthetic":
+        elif name in ROW_FLAGS:
             ok = isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

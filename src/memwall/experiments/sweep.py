@@ -67,7 +67,7 @@ COLUMNS = (
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "mfu", "hfu",
+    "accumulate", "fusion", "mfu", "hfu", "weights_on_chip",
 )
 # Case fields added after results were first stored: left out of a case's key at their
 # default, so results stored before them are still found.
@@ -93,6 +93,7 @@ class MachineInfo:
     bandwidth: float  # main memory, B/s
     fingerprint: str  # hash of the whole profile: any edit changes every key that uses it
     synthetic: bool = False
+    on_chip: int = 0  # bytes of its largest on-chip level (cache or scratchpad): what weights could stay in
 
     def balance(self) -> float:
         """Peak FLOP/s of the primary dtype per byte/s of main memory."""
@@ -154,7 +155,7 @@ def machine_info(spec: str) -> MachineInfo:
         id=spec, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
         peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
         fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
-        synthetic=bw is not None,
+        synthetic=bw is not None, on_chip=max((lv.size for lv in m.levels), default=0),
     )
 
 
@@ -419,6 +420,9 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "bound_class": result["bound_class"],
         "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
         "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
+        # Whether the step's weights fit in the machine's largest on-chip level: then a
+        # step need not stream them from main memory (the flip figure marks these).
+        "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })

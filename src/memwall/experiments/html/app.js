@@ -66,9 +66,10 @@
     Object.keys(groups).forEach(function (net) {
       var s = groups[net].slice().sort(function (a, b) { return a.balance - b.balance; });
       traces.push({type: "scatter", mode: connect ? "lines+markers" : "markers", name: net, x: s.map(function (r) { return r.balance; }),
-        y: s.map(function (r) { return r[key]; }), marker: {size: 8, color: COLOURS[k % 10]},
-        customdata: s.map(function (r) { return [r.name || r.machine, net, fmt(r.balance), fmt(r.stall_fraction), fmt(r.memory_ratio), fmt(r.overhead_fraction), fmt(r.seconds), r.bound]; }),
-        hovertemplate: hover([["machine", 0], ["network", 1], ["balance", 2], ["stall fraction", 3], ["memory ÷ arithmetic time", 4], ["overhead share", 5], ["seconds", 6], ["bound", 7]])});
+        y: s.map(function (r) { return r[key]; }),
+        marker: {size: 8, color: COLOURS[k % 10], symbol: s.map(function (r) { return r.weights_on_chip ? "circle-open" : "circle"; })},
+        customdata: s.map(function (r) { return [r.name || r.machine, net, fmt(r.balance), fmt(r.stall_fraction), fmt(r.memory_ratio), fmt(r.overhead_fraction), fmt(r.seconds), r.bound, r.weights_on_chip ? "yes (hollow)" : "no"]; }),
+        hovertemplate: hover([["machine", 0], ["network", 1], ["balance", 2], ["stall fraction", 3], ["memory ÷ arithmetic time", 4], ["overhead share", 5], ["seconds", 6], ["bound", 7], ["weights fit on chip", 8]])});
       var I = (D.intensity || {})[net];
       if (I) traces.push({type: "scatter", mode: "lines", name: net + ": no-reuse intensity " + fmt(I), x: [I, I],
         y: useRatio ? [1e-4, 1e4] : [0, 1], line: {dash: "dot", color: COLOURS[k % 10]}, hoverinfo: "name"});
