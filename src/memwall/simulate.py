@@ -22,6 +22,7 @@ from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
 from .networks import load_network
 from .profiles import Machine, load_machine
+from .seed import seed_for
 from .streams import LoopNest
 from .timing import (
     COMPUTE,
@@ -569,11 +570,14 @@ def _per_step(case: Case, step: Step, timing: StepTiming) -> dict:
 
 
 def _seed(step: Step, machine: Machine) -> dict:
-    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine."""
+    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine
+    (at its primary dtype's balance), and under ``seed`` the whole back-of-the-envelope
+    estimate of the step at the step's own dtype (:mod:`memwall.seed`)."""
     traffic = activation_traffic(step)
+    out = {"seed": seed_for(step, machine, arithmetic_rate(machine, step.config.dtype, "gemm"))}
     if traffic is None:
-        return {"a": None, "d_min": None}
-    return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance())}
+        return {"a": None, "d_min": None, **out}
+    return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance()), **out}
 
 
 

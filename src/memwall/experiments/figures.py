@@ -302,6 +302,9 @@ def _memory_ratio_flip(sel: Sequence[Row]):
         drawn[ax2] = drawn[ax2] or bool(ov)
         if net in intensity:
             ax.axvline(intensity[net], color=colour, ls=":", lw=1)
+        seed = sorted((r["balance"], r["seed_memory_ratio"]) for r in sub if r.get("seed_memory_ratio"))
+        if seed:  # the seed's β / I(T): a straight line through (I, 1) for each network
+            ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
     first = sorted((r for r in sel if r["network"] == sel[0]["network"] and r.get("memory_ratio")),
                    key=lambda r: r["balance"])
     for r in _spaced(first, lambda r: (math.log10(r["balance"]), math.log10(r["memory_ratio"])), (0.15, 0.25)):
@@ -323,7 +326,9 @@ def _memory_ratio_flip(sel: Sequence[Row]):
     ax2.set_title("What the ratio leaves out: launch and vector start-up")
     _finish(fig, _sources("memory_ratio from each case's result; dotted lines: each network's no-reuse "
                           "intensity, the predicted crossing. Hollow: the weights fit in the machine's largest "
-                          "on-chip level, so the step need not stream them from memory."))
+                          "on-chip level, so the step need not stream them from memory. Dashed: the seed model's "
+                          "β / I (every operand from main memory once, no cache): points below it reuse data "
+                          "in cache, points above it miss more than once or wait on latency."))
     return fig
 
 
@@ -399,32 +404,22 @@ def window_rows(rows: Iterable[Row]) -> list[Row]:
     return [r for r in ok if r["network"] == net]
 
 
-MICRO_PHASES = ("forward", "recompute", "backward")
-
-
 def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
     """What the step memwall builds moves per parameter: ``b_w``, bytes of weights and
     gradients per micro-batch (forward, recompute, backward kernels), ``b_update``, bytes
     of weights, gradients and optimizer state per optimizer step, and ``flops_per_token``
-    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)."""
+    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)
+    (:func:`memwall.seed.seed_model`'s quantities)."""
     from ..networks import load_network
+    from ..seed import seed_model
     from ..workloads.config import TrainingConfig
     from ..workloads.step import build_step
 
     net = load_network(network)
     step = build_step(net, TrainingConfig(batch=1, dtype=dtype or net.dtype, seq_len=seq_len))
-    micro = update = 0
-    for k in step.kernels:
-        moved = sum(r.bytes for r in k.reads + k.writes if r.cls in ("weights", "gradients", "optimizer"))
-        if k.phase in MICRO_PHASES:
-            micro += moved * k.repeat
-        else:
-            update += moved * k.repeat
-    params = step.network.parameters
-    tokens = step.tokens or step.examples
-    flops = sum(step.flops[p] for p in MICRO_PHASES if p in step.flops)
-    return {"network": network, "seq_len": seq_len, "parameters": params, "b_w": micro / params,
-            "b_update": update / params, "flops_per_token": flops / tokens / params}
+    seed = seed_model(step, 1.0, 1.0)  # the per-parameter figures do not depend on the machine
+    return {"network": network, "seq_len": seq_len, "parameters": step.network.parameters, "b_w": seed["b_w"],
+            "b_update": seed["b_update"], "flops_per_token": seed["flops_per_token_per_parameter"]}
 
 
 def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -456,6 +451,8 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
         turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
         ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
                 color=colour, label=f"{_label(sub[0])}: turn at ≈{turn:.0f} tokens")
+        seed = [(r["tokens"], r["seed_fraction_of_peak"]) for r in sub if r.get("seed_fraction_of_peak")]
+        ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.axvline(turn, color=colour, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
@@ -464,16 +461,19 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
+    seed_note = (" Dashed: the seed model's fraction of peak (compute or memory, whichever is longer, each "
+                 "operand moved once); the simulation falls below it by the dispatch, waves and cache misses "
+                 "it leaves out.")
     if model:
         wb = model[0]
         note = (f"Dotted: T_min = β · b_w / (F/P), with the step's own b_w = {wb['b_w']:.1f} B of weights and "
                 f"gradients per parameter per micro-batch and F/P = {wb['flops_per_token']:.2f} FLOP per "
-                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). Without "
-                "accumulation or fusion, which memwall does not model yet (issue 13), this is one micro-batch "
-                "per optimizer step.")
+                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). These cases run "
+                "one micro-batch per optimizer step, unfused (memwall inspect --accumulate K --fusion full "
+                "shows what each changes).")
     else:
         note = "Dotted: 2 × balance tokens (the step's own bytes per parameter were not available)."
-    _finish(fig, _sources(note))
+    _finish(fig, _sources(note + seed_note))
     return fig
 
 

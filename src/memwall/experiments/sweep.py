@@ -67,7 +67,8 @@ COLUMNS = (
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "mfu", "hfu", "weights_on_chip",
+    "accumulate", "fusion", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
+    "seed_fraction_of_peak",
 )
 # Case fields added after results were first stored: left out of a case's key at their
 # default, so results stored before them are still found.
@@ -423,6 +424,10 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         # Whether the step's weights fit in the machine's largest on-chip level: then a
         # step need not stream them from main memory (the flip figure marks these).
         "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),
+        # The seed's back-of-the-envelope estimate of the same step (memwall.seed).
+        "seed_seconds": result["seed"]["seconds"],
+        "seed_memory_ratio": result["seed"]["memory_ratio"],
+        "seed_fraction_of_peak": result["seed"]["fraction_of_peak"],
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })

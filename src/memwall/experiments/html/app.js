@@ -70,6 +70,10 @@
         marker: {size: 8, color: COLOURS[k % 10], symbol: s.map(function (r) { return r.weights_on_chip ? "circle-open" : "circle"; })},
         customdata: s.map(function (r) { return [r.name || r.machine, net, fmt(r.balance), fmt(r.stall_fraction), fmt(r.memory_ratio), fmt(r.overhead_fraction), fmt(r.seconds), r.bound, r.weights_on_chip ? "yes (hollow)" : "no"]; }),
         hovertemplate: hover([["machine", 0], ["network", 1], ["balance", 2], ["stall fraction", 3], ["memory ÷ arithmetic time", 4], ["overhead share", 5], ["seconds", 6], ["bound", 7], ["weights fit on chip", 8]])});
+      var seed = s.filter(function (r) { return r.seed_memory_ratio; });
+      if (useRatio && seed.length) traces.push({type: "scatter", mode: "lines", name: net + ": seed model β / I",
+        x: seed.map(function (r) { return r.balance; }), y: seed.map(function (r) { return r.seed_memory_ratio; }),
+        line: {dash: "dash", width: 1, color: COLOURS[k % 10]}, hoverinfo: "name"});
       var I = (D.intensity || {})[net];
       if (I) traces.push({type: "scatter", mode: "lines", name: net + ": no-reuse intensity " + fmt(I), x: [I, I],
         y: useRatio ? [1e-4, 1e4] : [0, 1], line: {dash: "dot", color: COLOURS[k % 10]}, hoverinfo: "name"});
@@ -117,6 +121,12 @@
         y: s.map(function (r) { return r.fraction_of_peak; }), line: {color: COLOURS[k % 10]},
         customdata: s.map(function (r) { return [r.name || m, r.network, r.batch, r.tokens, fmt(r.fraction_of_peak), fmt(r.seconds), r.bound]; }),
         hovertemplate: hover([["machine", 0], ["network", 1], ["batch", 2], ["tokens", 3], ["of peak", 4], ["seconds", 5], ["bound", 6]])});
+      var seed = s.filter(function (r) { return r.seed_fraction_of_peak; });
+      if (seed.length) traces.push({type: "scatter", mode: "lines", name: (s[0].name || m) + ": seed model",
+        x: seed.map(function (r) { return r.tokens; }), y: seed.map(function (r) { return r.seed_fraction_of_peak; }),
+        line: {dash: "dash", width: 1, color: COLOURS[k % 10]},
+        customdata: seed.map(function (r) { return [r.tokens, fmt(r.seed_fraction_of_peak), fmt(r.fraction_of_peak)]; }),
+        hovertemplate: hover([["tokens", 0], ["seed: of peak", 1], ["simulated: of peak", 2]])});
     });
     ((F.batch_window || {}).model || []).forEach(function (t, k) {
       traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": T_min " + fmt(t.t_min) + " tokens",
