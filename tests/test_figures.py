@@ -54,7 +54,8 @@ def test_a_figure_is_redrawn_only_when_its_data_changed(sweep_copy, pyplot, quic
 
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
     # (the validation, the high-water and the capacity sweep draw from the shipped data, not the sweep's rows)
-    sweep_figures = [n for n in fg.NAMES if n not in ("validation", "activation_highwater", "llc_capacity")]
+    sweep_figures = [n for n in fg.NAMES
+                     if n not in ("validation", "activation_highwater", "llc_capacity", "bytes_per_token")]
     written = fg.write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
     for paths in written.values():
         assert all(p.stat().st_size > 0 for p in paths)
@@ -125,3 +126,13 @@ def test_the_batch_window_turns_where_the_steps_own_bytes_say(tmp_path, pyplot, 
                          for m in model)
     svg = fg.write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
     assert "T_min" in svg
+
+
+def test_bytes_per_token_fall_as_one_over_t_except_the_activations():
+    a, b = fg.bytes_per_token_table(batches=(4, 8), dp=8)
+    assert b["tokens"] == 2 * a["tokens"]
+    for part in ("weights", "optimizer", "communication"):
+        assert b[part] == pytest.approx(a[part] / 2, rel=0.02), part  # read once per visit, shared by the batch
+    assert b["activations"] == pytest.approx(a["activations"], rel=0.01)  # every token's own
+    # the ring all-reduce: 2 (N-1)/N of 16-bit gradients, per token
+    assert a["communication"] * a["tokens"] == pytest.approx(2 * 7 / 8 * 2 * 124_439_808, rel=0.01)

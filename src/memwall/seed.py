@@ -27,23 +27,29 @@ from .workloads.step import Step, activation_traffic
 MICRO_PHASES = ("forward", "recompute", "backward")
 
 
-def parameter_bytes(step: Step) -> dict[str, float]:
-    """Bytes of weights, gradients and optimizer state the step's kernels move: ``micro``
-    per micro-batch (forward, recompute, backward) and ``update`` per optimizer step, and
-    the non-parameter (activation, workspace, cache) bytes of a micro-batch, ``activations``."""
-    out = {"micro": 0.0, "update": 0.0, "activations": 0.0}
+def bytes_by_class(step: Step) -> dict[str, dict[str, float]]:
+    """Bytes each tensor class moves as the step's kernels name their operands (each once):
+    ``micro`` per micro-batch (forward, recompute, backward) and ``update`` per optimizer
+    step, class -> bytes."""
+    out: dict[str, dict[str, float]] = {"micro": {}, "update": {}}
     for k in step.kernels:
         # A product accumulating into its output (beta = 1: gradients into fp32 main
         # gradients) reads that output in its own loops, not among its declared reads.
         accumulated = k.writes if k.params.get("beta") else ()
-        moved = [(t.cls in PARAMETER_CLASSES, t.bytes) for t in (*k.reads, *k.writes, *accumulated)]
-        scale = k.repeat * step.iterations
-        if k.phase in MICRO_PHASES:
-            out["micro"] += sum(b for param, b in moved if param) * scale
-            out["activations"] += sum(b for param, b in moved if not param) * scale
-        else:
-            out["update"] += sum(b for param, b in moved if param) * scale
+        part = out["micro" if k.phase in MICRO_PHASES else "update"]
+        for t in (*k.reads, *k.writes, *accumulated):
+            part[t.cls] = part.get(t.cls, 0.0) + t.bytes * k.repeat * step.iterations
     return out
+
+
+def parameter_bytes(step: Step) -> dict[str, float]:
+    """Bytes of weights, gradients and optimizer state the step's kernels move: ``micro``
+    per micro-batch and ``update`` per optimizer step, and the non-parameter (activation,
+    workspace, cache) bytes of a micro-batch, ``activations`` (:func:`bytes_by_class`)."""
+    by = bytes_by_class(step)
+    return {"micro": sum(v for c, v in by["micro"].items() if c in PARAMETER_CLASSES),
+            "update": sum(v for c, v in by["update"].items() if c in PARAMETER_CLASSES),
+            "activations": sum(v for c, v in by["micro"].items() if c not in PARAMETER_CLASSES)}
 
 
 def seed_model(step: Step, peak: float, bandwidth: float) -> dict[str, Any]:

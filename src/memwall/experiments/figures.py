@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity")
+         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity", "bytes_per_token")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -42,6 +42,7 @@ TITLES = {
     "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
     "decode": "10. Decode: tokens per second against batch, at a short and a long context",
     "llc_capacity": "11. Cache each network needs: main-memory bytes against last-level capacity",
+    "bytes_per_token": "13. Bytes per token: weights, optimizer, communication and activations against batch",
     "gholami": "12. Gholami's case study, simulated: encoders against a decoder over sequence length",
 }
 # Figures drawn only when named (``write_figures(..., only=[...])``): they simulate cases
@@ -573,6 +574,78 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]]):
     ax.legend(fontsize=7)
     _finish(fig, f"Capacity ledger of memwall {MODEL_VERSION}'s training step (live bytes per tensor class at "
             f"the step's peak), from the {net} network preset in era_data/networks; no simulation needed.")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# 13. Bytes per token
+
+
+BYTES_PER_TOKEN_NETWORK = "gpt2-small"
+# Short sequences, so the batch spans the crossing (at 1024 tokens a sequence the
+# materialised attention's activations already outweigh the weights at batch 1).
+BYTES_PER_TOKEN_SEQ = 128
+# Data-parallel replicas whose gradient all-reduce the figure adds per optimizer step
+# (ring: 2 (N-1)/N of the gradient bytes leave and enter each device).
+BYTES_PER_TOKEN_DP = 8
+
+
+def bytes_per_token_table(network: str = BYTES_PER_TOKEN_NETWORK,
+                          batches: Sequence[int] = tuple(2 ** k for k in range(11)),
+                          dp: int = BYTES_PER_TOKEN_DP, seq_len: int = BYTES_PER_TOKEN_SEQ) -> list[dict[str, Any]]:
+    """Bytes per token of one training step (Adam, the network's dtype, one micro-batch per
+    optimizer step) by what they are, against batch: weights and gradients (every
+    micro-batch), optimizer state (once per optimizer step), activations (every operand
+    that is not a parameter), and the gradient all-reduce of ``dp`` replicas, as the
+    step's kernels name their operands (:func:`memwall.seed.bytes_by_class`)."""
+    from ..networks import load_network
+    from ..seed import bytes_by_class
+    from ..workloads.config import TrainingConfig
+    from ..workloads.graph import PARAMETER_CLASSES
+    from ..workloads.step import build_step
+
+    net = load_network(network)
+    out = []
+    for b in batches:
+        step = build_step(net, TrainingConfig(batch=b, dtype=net.dtype, optimizer="adam", seq_len=seq_len))
+        by = bytes_by_class(step)
+        tokens = step.tokens or step.examples
+        gradient = step.ledger.as_dict().get("gradients", 0)
+        out.append({
+            "network": network, "batch": b, "seq_len": seq_len, "tokens": tokens, "dp": dp,
+            "weights": sum(v for c, v in by["micro"].items() if c in PARAMETER_CLASSES) / tokens,
+            "optimizer": sum(by["update"].values()) / tokens,
+            "activations": sum(v for c, v in by["micro"].items() if c not in PARAMETER_CLASSES) / tokens,
+            "communication": 2 * (dp - 1) / dp * gradient / tokens,
+        })
+    return out
+
+
+BYTES_PER_TOKEN_PARTS = ("weights", "optimizer", "communication", "activations")
+
+
+def fig_bytes_per_token(table: Sequence[Mapping[str, Any]]):
+    if not table:
+        return _empty("bytes_per_token", "a network whose training step builds")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    rows = sorted(table, key=lambda r: r["tokens"])
+    x = [r["tokens"] for r in rows]
+    ax.stackplot(x, *[[r[p] for r in rows] for p in BYTES_PER_TOKEN_PARTS], colors=STALL_COLOURS[:4],
+                 labels=["weights and gradients (every micro-batch)", "optimizer state (every optimizer step)",
+                         f"gradient all-reduce, {rows[0]['dp']} replicas (every optimizer step)",
+                         "activations between kernels"])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens per micro-batch (one micro-batch per optimizer step)")
+    ax.set_ylabel("bytes per token")
+    ax.set_title(f"{rows[0]['network']} at {rows[0]['seq_len']} tokens a sequence: bytes per token, by what they are")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    _finish(fig, "Each operand once, as the step's kernels name it (the seed model's traffic, "
+            "memwall.seed.bytes_by_class); the all-reduce moves 2 (N-1)/N of the gradient bytes per device. "
+            "Weights, optimizer and communication fall as 1/T; activations do not: past the batch where "
+            "they cross, more batch buys no intensity.")
     return fig
 
 
@@ -1124,6 +1197,9 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         # machines' profiles are unchanged.
         "llc_capacity": (lambda: _llc_inputs(LLC_CASES), lambda: {"capacity": llc_capacity_table()},
                          lambda d: fig_llc_capacity(d["capacity"])),
+        "bytes_per_token": (lambda: _network_inputs(BYTES_PER_TOKEN_NETWORK, dp=BYTES_PER_TOKEN_DP,
+                                                    seq_len=BYTES_PER_TOKEN_SEQ),
+                            lambda: {"bytes": bytes_per_token_table()}, lambda d: fig_bytes_per_token(d["bytes"])),
         "gholami": (lambda: _gholami_inputs(gholami or {}), lambda: _gholami_data(gholami or {}),
                     lambda d: fig_gholami(d["rows"])),
     }

@@ -27,7 +27,8 @@ from .store import read_rows
 
 # The figures the page draws, in order (the validation figure's data is validation.json).
 PAGE_FIGURES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-                "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity")
+                "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity",
+                "bytes_per_token")
 
 CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
@@ -63,6 +64,10 @@ CAPTIONS = {
     "llc_capacity": "Main-memory bytes of one training step against the capacity of the last cache level, "
     "every capacity from one replay (LRU stack distances), per network of an era on a machine of its era; a "
     "circle marks the machine's actual capacity. Where a curve falls to zero the step fits in that cache.",
+    "bytes_per_token": "Bytes per token of a training step, stacked by what they are: weights and gradients "
+    "(every micro-batch), optimizer state and the gradient all-reduce (every optimizer step), and activations "
+    "between kernels, each operand once as the kernels name it. The first three fall as 1/T; activations do "
+    "not, so past their crossing more batch buys no intensity.",
 }
 
 STYLE = """

@@ -275,6 +275,19 @@
     plot("plot-llc_capacity", traces, {xaxis: ax("last-level cache capacity (B)", true), yaxis: ax("main-memory bytes of one training step (1 = none)", true)});
   })();
 
+  // 13. bytes per token, stacked
+  (function () {
+    var t = ((F.bytes_per_token || {}).bytes || []).slice().sort(function (a, b) { return a.tokens - b.tokens; });
+    var parts = [["weights", "weights and gradients"], ["optimizer", "optimizer state"], ["communication", "gradient all-reduce"], ["activations", "activations"]];
+    var traces = parts.map(function (p, k) {
+      return {type: "scatter", mode: "lines", stackgroup: "bytes", name: p[1], x: t.map(function (r) { return r.tokens; }),
+        y: t.map(function (r) { return r[p[0]]; }), line: {color: D.stall_colours[k]},
+        customdata: t.map(function (r) { return [r.network, r.batch, r.tokens, fmt(r[p[0]])]; }),
+        hovertemplate: hover([["network", 0], ["batch", 1], ["tokens", 2], [p[1] + " B/token", 3]])};
+    });
+    plot("plot-bytes_per_token", traces, {xaxis: ax("tokens per micro-batch", true), yaxis: ax("bytes per token (stacked)", true)});
+  })();
+
   // The machine picker: that machine's breakdown across networks and batches, and its section.
   (function () {
     var sel = document.getElementById("machine-picker");
