@@ -136,3 +136,17 @@ def test_bytes_per_token_fall_as_one_over_t_except_the_activations():
     assert b["activations"] == pytest.approx(a["activations"], rel=0.01)  # every token's own
     # the ring all-reduce: 2 (N-1)/N of 16-bit gradients, per token
     assert a["communication"] * a["tokens"] == pytest.approx(2 * 7 / 8 * 2 * 124_439_808, rel=0.01)
+
+
+def test_the_batch_window_s_ceiling_and_floor_per_optimizer_step():
+    crit = fg.critical_batch("gpt2-small")
+    assert crit["non_embedding"] == 85_056_000  # GPT-2 small without its token and position tables
+    loss = (8.8e13 / 85_056_000) ** 0.076  # Kaplan et al. 2020, eq. 1.1
+    assert crit["b_crit"] == pytest.approx(2e8 / loss ** (1 / 0.21))  # their eq. 1.4
+    assert fg.critical_batch("nettalk") is None
+    rows = [{"machine": "h100-sxm", "name": "H100", "balance": 295.3, "network": "gpt2-small", "seq_len": 1024,
+             "dtype": "bf16"}]
+    (model,) = fg.window_model(rows)
+    assert model["t_step"] == pytest.approx(295.3 * (model["b_update"] + 3.5) / model["flops_per_token"])
+    assert model["t_min"] < model["t_step"] < model["t_opt"] < model["b_crit"]
+    assert model["t_opt"] == pytest.approx((model["t_step"] * model["b_crit"]) ** 0.5)

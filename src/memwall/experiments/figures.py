@@ -423,18 +423,51 @@ def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) ->
             "b_update": seed["b_update"], "flops_per_token": seed["flops_per_token_per_parameter"]}
 
 
+# Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361):
+# eq. 1.1, the loss a model of N non-embedding parameters converges to, L(N) = (N_c/N)^α_N
+# with N_c = 8.8e13 and α_N = 0.076 (nats, WebText2); eq. 1.4, the critical batch
+# (McCandlish et al. 2018's, fitted to language models) at loss L, B_crit = B*/L^(1/α_B)
+# with B* = 2e8 tokens and α_B = 0.21.
+KAPLAN = {"n_c": 8.8e13, "alpha_n": 0.076, "b_star": 2e8, "alpha_b": 0.21}
+
+
+def critical_batch(network: str) -> dict[str, float] | None:
+    """Kaplan et al.'s critical batch (tokens) at the loss their fit gives the network's
+    non-embedding parameter count: the batch beyond which more of it stops buying
+    optimisation progress (McCandlish et al. 2018). None for networks without tokens."""
+    from ..networks import load_network
+
+    net = load_network(network)
+    if not net.is_sequence:
+        return None
+    embedding = (net.vocab + net.max_positions + net.token_types) * net.d_model
+    n = net.parameters - embedding - (0 if net.tied_embeddings else net.vocab * net.d_model)
+    loss = (KAPLAN["n_c"] / n) ** KAPLAN["alpha_n"]
+    return {"non_embedding": n, "loss": loss, "b_crit": KAPLAN["b_star"] / loss ** (1 / KAPLAN["alpha_b"])}
+
+
 def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Per machine of the batch window: the turn T_min = β · b_w / (F/P) from the step's own
-    bytes per parameter (see :func:`weight_bytes`)."""
+    bytes per parameter (see :func:`weight_bytes`); the seed's second floor, per optimizer
+    step, T_step = β · (b_update + b_comm) / (F/P), with b_comm the ring all-reduce of
+    16-bit gradients over BYTES_PER_TOKEN_DP replicas, 2 (N-1)/N · 2 B; the critical batch
+    as the ceiling (:func:`critical_batch`); and between them the time-optimal batch the
+    seed takes, their geometric mean."""
     if not rows:
         return []
     first = rows[0]
     wb = weight_bytes(first["network"], first.get("seq_len"), first.get("dtype"))
+    crit = critical_batch(first["network"])
+    comm = 2 * (BYTES_PER_TOKEN_DP - 1) / BYTES_PER_TOKEN_DP * 2
     out = []
     for m in dict.fromkeys(r["machine"] for r in rows):
         r = next(x for x in rows if x["machine"] == m)
-        out.append({"machine": m, "name": r["name"], "balance": r["balance"], **wb,
-                    "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"]})
+        t_step = r["balance"] * (wb["b_update"] + comm) / wb["flops_per_token"]
+        row = {"machine": m, "name": r["name"], "balance": r["balance"], **wb, "b_comm": comm,
+               "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"], "t_step": t_step}
+        if crit:
+            row.update(b_crit=crit["b_crit"], loss=crit["loss"], t_opt=math.sqrt(t_step * crit["b_crit"]))
+        out.append(row)
     return out
 
 
@@ -455,6 +488,15 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
         seed = [(r["tokens"], r["seed_fraction_of_peak"]) for r in sub if r.get("seed_fraction_of_peak")]
         ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.axvline(turn, color=colour, ls=":", lw=1)
+        opt = next((t for t in model if t["machine"] == m and t.get("t_opt")), None)
+        if opt:
+            ax.axvline(opt["t_step"], color=colour, ls="-.", lw=0.8)
+            ax.plot([opt["t_opt"]], [0.02], marker="^", ms=8, color=colour, clip_on=False)
+    crit = next((t for t in model if t.get("b_crit")), None)
+    if crit:
+        ax.axvline(crit["b_crit"], color="k", lw=1.2)
+        ax.annotate(f"critical batch ≈{crit['b_crit']:.3g} tokens", (crit["b_crit"], 0.95), fontsize=7,
+                    xytext=(-4, 0), textcoords="offset points", ha="right")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch (tokens per weight visit: sequences × sequence length)")
@@ -462,7 +504,16 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
-    seed_note = (" Dashed: the seed model's fraction of peak (compute or memory, whichever is longer, each "
+    crit_note = ""
+    if crit:
+        crit_note = (f" Dash-dot: the seed's floor per optimizer step, T_step = β · (b_update + b_comm) / (F/P), "
+                     f"with the gradient all-reduce of {BYTES_PER_TOKEN_DP} replicas (b_comm = "
+                     f"{crit['b_comm']:.1f} B/param). Black: the critical batch at the loss Kaplan et al.'s fit "
+                     f"gives this network ({crit['loss']:.2f} nats; B_crit = B*/L^(1/α_B), their eq. 1.4); "
+                     "triangles: the time-optimal batch between them, √(T_step · B_crit), as the seed takes it. "
+                     "These cases run one micro-batch per optimizer step, so tokens per micro-batch are "
+                     "tokens per optimizer step.")
+    seed_note = crit_note + (" Dashed: the seed model's fraction of peak (compute or memory, whichever is longer, each "
                  "operand moved once); the simulation falls below it by the dispatch, waves and cache misses "
                  "it leaves out.")
     if model:

@@ -132,7 +132,16 @@
       traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": T_min " + fmt(t.t_min) + " tokens",
         x: [t.t_min, t.t_min], y: [0, 1], line: {dash: "dot", color: COLOURS[k % 10]},
         hovertemplate: "T_min = β·b_w/(F/P) = " + fmt(t.balance) + " × " + fmt(t.b_w) + " / " + fmt(t.flops_per_token) + " = " + fmt(t.t_min) + " tokens<extra></extra>"});
+      if (t.t_step) traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": floor per optimizer step " + fmt(t.t_step) + " tokens",
+        x: [t.t_step, t.t_step], y: [0, 1], line: {dash: "dashdot", width: 1, color: COLOURS[k % 10]},
+        hovertemplate: "T_step = β·(b_update + b_comm)/(F/P) = " + fmt(t.t_step) + " tokens<extra></extra>"});
+      if (t.t_opt) traces.push({type: "scatter", mode: "markers", name: (t.name || t.machine) + ": time-optimal batch " + fmt(t.t_opt) + " tokens",
+        x: [t.t_opt], y: [0.02], marker: {symbol: "triangle-up", size: 11, color: COLOURS[k % 10]},
+        hovertemplate: "√(T_step · B_crit) = " + fmt(t.t_opt) + " tokens<extra></extra>"});
     });
+    var crit = ((F.batch_window || {}).model || []).filter(function (t) { return t.b_crit; })[0];
+    if (crit) traces.push({type: "scatter", mode: "lines", name: "critical batch " + fmt(crit.b_crit) + " tokens (Kaplan et al. 2020 at loss " + fmt(crit.loss) + ")",
+      x: [crit.b_crit, crit.b_crit], y: [0, 1], line: {color: "#000", width: 1.5}, hoverinfo: "name"});
     plot("plot-batch_window", traces, {xaxis: ax("batch (tokens per weight visit)", true), yaxis: Object.assign(ax("fraction of peak FLOP/s"), {range: [0, 1.02]})});
   })();
 
