@@ -150,3 +150,16 @@ def test_the_batch_window_s_ceiling_and_floor_per_optimizer_step():
     assert model["t_step"] == pytest.approx(295.3 * (model["b_update"] + 3.5) / model["flops_per_token"])
     assert model["t_min"] < model["t_step"] < model["t_opt"] < model["b_crit"]
     assert model["t_opt"] == pytest.approx((model["t_step"] * model["b_crit"]) ** 0.5)
+
+
+def test_the_wide_network_is_drawn_beside_the_window_not_instead_of_it():
+    def row(machine, network, batch, fusion="none"):
+        return {"machine": machine, "name": machine, "kind": "gpu", "status": "ok", "updates": "minibatch",
+                "phase": "train", "checkpoint": "none", "network": network, "batch": batch, "fusion": fusion,
+                "tokens": 16 * batch, "fraction_of_peak": 0.1, "d_min": 1100.0}
+    rows = [row(m, "gpt2-small", b) for m in ("h100-sxm", "a100-sxm") for b in (1, 8, 64)]
+    rows += [row("h100-sxm", "gpt2-xl", b, f) for f in ("none", "full") for b in (1, 8, 64)]
+    assert {r["network"] for r in fg.window_rows(rows)} == {"gpt2-small"}
+    wide = fg.wide_window_rows(rows)
+    assert {(r["network"], r["fusion"]) for r in wide} == {("gpt2-xl", "none"), ("gpt2-xl", "full")}
+    assert all(r["d_model"] == 1600 for r in wide)

@@ -393,16 +393,38 @@ def fig_synthetic_balance(rows: Sequence[Row]):
 # 4. Batch window
 
 
+def _window_candidates(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in _ok(rows) if not r.get("synthetic") and r.get("kind") in ("gpu", "tpu", "wafer")
+            and r.get("updates") == "minibatch" and r.get("phase") == "train" and r.get("checkpoint") == "none"
+            and (r.get("devices") or 1) == 1]
+
+
 def window_rows(rows: Iterable[Row]) -> list[Row]:
-    ok = [r for r in _ok(rows) if not r.get("synthetic") and r.get("kind") in ("gpu", "tpu", "wafer")
-          and r.get("updates") == "minibatch" and r.get("phase") == "train" and r.get("checkpoint") == "none"]
+    """The batch window's main series: the unfused network run at the most machine ×
+    batch points (one line a machine)."""
+    ok = [r for r in _window_candidates(rows) if r.get("fusion", "none") == "none"]
     counts: dict[str, set] = {}
     for r in ok:
-        counts.setdefault(r["network"], set()).add(r["batch"])
+        counts.setdefault(r["network"], set()).add((r["machine"], r["batch"]))
     if not counts:
         return []
     net = max(counts, key=lambda n: (len(counts[n]), n))
     return [r for r in ok if r["network"] == net]
+
+
+def wide_window_rows(rows: Iterable[Row]) -> list[Row]:
+    """The batch window's second series: the other networks at several batches (the
+    sweep's one wider than d_min, unfused and fused), each with the seed's ceiling
+    d / (d + d_min) on its fraction of peak."""
+    main = {r["network"] for r in window_rows(rows)}
+    out = [r for r in _window_candidates(rows) if r["network"] not in main]
+    dims: dict[str, float] = {}
+    for r in out:
+        if r["network"] not in dims:
+            from ..networks import load_network
+
+            dims[r["network"]] = load_network(r["network"]).d_model
+    return [{**r, "d_model": dims[r["network"]]} for r in out]
 
 
 def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
@@ -471,7 +493,8 @@ def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = ()):
+def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (),
+                     wide: Sequence[Row] = ()):
     sel = window_rows(rows)
     if len({r["batch"] for r in sel}) < 2:
         return _empty("batch_window", "mini-batch training at several batch sizes on modern machines")
@@ -492,6 +515,16 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
         if opt:
             ax.axvline(opt["t_step"], color=colour, ls="-.", lw=0.8)
             ax.plot([opt["t_opt"]], [0.02], marker="^", ms=8, color=colour, clip_on=False)
+    for (net, fusion), style in zip(dict.fromkeys((r["network"], r.get("fusion", "none")) for r in wide),
+                                    ("-", "--", "-.", ":"), strict=False):
+        sub = sorted((r for r in wide if (r["network"], r.get("fusion", "none")) == (net, fusion)),
+                     key=lambda r: r["tokens"])
+        ceiling = sub[0]["d_model"] / (sub[0]["d_model"] + sub[0]["d_min"]) if sub[0].get("d_min") else None
+        ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], color="k", ls=style, marker="s",
+                ms=3, label=f"{net} (d = {sub[0]['d_model']:.0f}) on {sub[0]['name']}, fusion {fusion}"
+                + (f": ceiling d/(d+d_min) = {ceiling:.2f}" if ceiling else ""))
+        if ceiling:
+            ax.axhline(ceiling, color="k", ls=style, lw=0.6, alpha=0.5)
     crit = next((t for t in model if t.get("b_crit")), None)
     if crit:
         ax.axvline(crit["b_crit"], color="k", lw=1.2)
@@ -1232,8 +1265,9 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
         "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},
                             lambda d: fig_stall_breakdown(d["rows"])),
-        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows))},
-                         lambda d: fig_batch_window(d["rows"], d.get("model", ()))),
+        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows)),
+                                        "wide": wide_window_rows(rows)},
+                         lambda d: fig_batch_window(d["rows"], d.get("model", ()), d.get("wide", ()))),
         "capacity_ledger": ((lambda: _network_inputs(LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
                             lambda: {"ledger": list(ledger if ledger is not None else ledger_table())},
                             lambda d: fig_capacity_ledger(d["ledger"])),

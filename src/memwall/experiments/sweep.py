@@ -49,6 +49,11 @@ LARGE = "affine-48x1024"
 # A bf16 transformer for the batch window (figure 4); short sequences so the batch
 # axis spans from far below to far above the compute-bound batch in tokens.
 WINDOW_NETWORK = "gpt2-small"
+# ... and one wider than d_min = a·β/72 (about 1100 unfused and 770 fully fused on an
+# H100, for GPT-2's a of 270 and 188), unfused and fully fused, on one machine: its curve
+# can reach the plateau that GPT-2 small's cannot.
+WIDE_WINDOW_NETWORK = "gpt2-xl"
+WIDE_WINDOW_FUSIONS = ("none", "full")
 # Serving: a GQA model decoding on the modern machines, batch 1 to 256, a short and a long
 # context (where batching turns decode compute-bound, and where the KV cache takes over).
 DECODE_NETWORK = "llama3-8b"
@@ -68,7 +73,7 @@ COLUMNS = (
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
     "accumulate", "fusion", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
-    "seed_fraction_of_peak",
+    "seed_fraction_of_peak", "a", "d_min",
 )
 # Case fields added after results were first stored: left out of a case's key at their
 # default, so results stored before them are still found.
@@ -247,7 +252,7 @@ def study(*, quick: bool = False) -> list[Case]:
       machine (the large network's word-by-word streams on the 1980s machines are
       sampled: see docs/timing.md);
     - a bf16 transformer over batch sizes, up to 8192 tokens, on a few modern machines
-      (the batch window and its plateau);
+      (the batch window), and a wider one, unfused and fused, on one (its plateau);
     - the large network with and without √L checkpointing on one modern machine;
     - a few networks on one compute engine with memory bandwidth over four decades;
     - decode of a GQA transformer on a few modern machines over batch and context.
@@ -268,6 +273,9 @@ def study(*, quick: bool = False) -> list[Case]:
         window = _window_machines(modern, most=1 if quick else 6)
         batches = [1, 8, 64] if quick else [1, 2, 8, 32, 128, 512]
         cases += product(window, [WINDOW_NETWORK], batches, seq_len=16)
+        if WIDE_WINDOW_NETWORK in networks and not quick:
+            for fusion in WIDE_WINDOW_FUSIONS:
+                cases += product(window[:1], [WIDE_WINDOW_NETWORK], batches, seq_len=16, fusion=fusion)
     if large and modern and not quick:
         cases += product(_window_machines(modern, most=1), large, [16, 128], ["none", "sqrt"])
     base = _synthetic_base(modern or machines)
@@ -424,7 +432,9 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         # Whether the step's weights fit in the machine's largest on-chip level: then a
         # step need not stream them from main memory (the flip figure marks these).
         "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),
-        # The seed's back-of-the-envelope estimate of the same step (memwall.seed).
+        # The seed's back-of-the-envelope estimate of the same step (memwall.seed), and
+        # its a and pole d_min (transformers).
+        "a": result.get("a"), "d_min": result.get("d_min"),
         "seed_seconds": result["seed"]["seconds"],
         "seed_memory_ratio": result["seed"]["memory_ratio"],
         "seed_fraction_of_peak": result["seed"]["fraction_of_peak"],

@@ -139,6 +139,18 @@
         x: [t.t_opt], y: [0.02], marker: {symbol: "triangle-up", size: 11, color: COLOURS[k % 10]},
         hovertemplate: "√(T_step · B_crit) = " + fmt(t.t_opt) + " tokens<extra></extra>"});
     });
+    var wide = (F.batch_window || {}).wide || [], dashes = ["solid", "dash", "dashdot", "dot"];
+    uniq(wide.map(function (r) { return r.network + " fusion " + (r.fusion || "none"); })).forEach(function (key, i) {
+      var s = wide.filter(function (r) { return r.network + " fusion " + (r.fusion || "none") === key; }).sort(function (a, b) { return a.tokens - b.tokens; });
+      var ceiling = s[0].d_min ? s[0].d_model / (s[0].d_model + s[0].d_min) : null;
+      traces.push({type: "scatter", mode: "lines+markers", name: s[0].network + " (d = " + s[0].d_model + ") on " + (s[0].name || s[0].machine) + ", fusion " + (s[0].fusion || "none"),
+        x: s.map(function (r) { return r.tokens; }), y: s.map(function (r) { return r.fraction_of_peak; }),
+        line: {color: "#000", dash: dashes[i % 4]}, marker: {symbol: "square", size: 5},
+        customdata: s.map(function (r) { return [r.network, r.fusion, r.tokens, fmt(r.fraction_of_peak), fmt(r.d_min)]; }),
+        hovertemplate: hover([["network", 0], ["fusion", 1], ["tokens", 2], ["of peak", 3], ["d_min", 4]])});
+      if (ceiling) traces.push({type: "scatter", mode: "lines", name: "ceiling d/(d+d_min) = " + fmt(ceiling) + ", fusion " + (s[0].fusion || "none"),
+        x: [s[0].tokens, s[s.length - 1].tokens], y: [ceiling, ceiling], line: {color: "#777", width: 1, dash: dashes[i % 4]}, hoverinfo: "name"});
+    });
     var crit = ((F.batch_window || {}).model || []).filter(function (t) { return t.b_crit; })[0];
     if (crit) traces.push({type: "scatter", mode: "lines", name: "critical batch " + fmt(crit.b_crit) + " tokens (Kaplan et al. 2020 at loss " + fmt(crit.loss) + ")",
       x: [crit.b_crit, crit.b_crit], y: [0, 1], line: {color: "#000", width: 1.5}, hoverinfo: "name"});
