@@ -156,7 +156,7 @@ def test_the_wide_network_is_drawn_beside_the_window_not_instead_of_it():
     def row(machine, network, batch, fusion="none"):
         return {"machine": machine, "name": machine, "kind": "gpu", "status": "ok", "updates": "minibatch",
                 "phase": "train", "checkpoint": "none", "network": network, "batch": batch, "fusion": fusion,
-                "tokens": 16 * batch, "fraction_of_peak": 0.1, "d_min": 1100.0}
+                "tokens": 16 * batch, "fraction_of_peak": 0.1, "d_min": 1100.0, "seconds": 1.0}
     rows = [row(m, "gpt2-small", b) for m in ("h100-sxm", "a100-sxm") for b in (1, 8, 64)]
     rows += [row("h100-sxm", "gpt2-xl", b, f) for f in ("none", "full") for b in (1, 8, 64)]
     assert {r["network"] for r in fg.window_rows(rows)} == {"gpt2-small"}
