@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from probes import measurement_text
 
 from memwall.cli import main
 from memwall.data import era_data_dir
@@ -370,31 +371,16 @@ def test_replay_through_a_machine_without_cache_levels(tmp_path, capsys):
     assert "no cache levels" in one_line_error(capsys, "replay")
 
 
-def _measurement(machine: str) -> str:
-    return textwrap.dedent(f"""
-        [[measurement]]
-        id = "probe-{machine}"
-        machine = "{machine}"
-        gemm = [64, 64, 64]
-        dtype = "fp32"
-        metric = "flops"
-        value = 1e9
-        source = "a test"
-        reliability = "low"
-        notes = "a probe"
-    """)
-
-
 def test_validate_exits_non_zero_unless_every_case_was_predicted(tmp_path, capsys):
     d = tmp_path / "m"
     d.mkdir()
     assert main(["validate", "--measurements", str(d)]) == 2
     assert "no measurement" in one_line_error(capsys, "validate")
-    (d / "a.toml").write_text(_measurement("no-such-machine"))
+    (d / "a.toml").write_text(measurement_text("no-such-machine"))
     assert main(["validate", "--measurements", str(d)]) == 1
     err = capsys.readouterr().err
     assert "probe-no-such-machine (unknown machine)" in err and "1 of 1 cases not predicted" in err
-    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    (d / "a.toml").write_text(measurement_text("h100-sxm"))
     assert main(["validate", "--measurements", str(d)]) == 0
 
 
@@ -407,7 +393,7 @@ def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(v, "default_predictor", lambda: boom)
     d = tmp_path / "m"
     d.mkdir()
-    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    (d / "a.toml").write_text(measurement_text("h100-sxm"))
     assert main(["validate", "--measurements", str(d)]) == 1
     assert "probe-h100-sxm (error): OverflowError" in capsys.readouterr().err
 

@@ -76,6 +76,17 @@ def _finish(fig, note: str) -> None:
     fig.tight_layout(rect=(0, 0.04, 1, 1))
 
 
+def _log_log(ax, xlabel: str, ylabel: str, title: str, legend: str = "best") -> None:
+    """Log-log axes with their labels, title, grid and a small legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc=legend)
+
+
 def _empty(name: str, needs: str):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 3))
@@ -719,13 +730,9 @@ def fig_bytes_per_token(table: Sequence[Mapping[str, Any]]):
                  labels=["weights and gradients (every micro-batch)", "optimizer state (every optimizer step)",
                          f"gradient all-reduce, {rows[0]['dp']} replicas (every optimizer step)",
                          "activations between kernels"])
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tokens per micro-batch (one micro-batch per optimizer step)")
-    ax.set_ylabel("bytes per token")
-    ax.set_title(f"{rows[0]['network']} at {rows[0]['seq_len']} tokens a sequence: bytes per token, by what they are")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
+    _log_log(ax, "tokens per micro-batch (one micro-batch per optimizer step)", "bytes per token",
+             f"{rows[0]['network']} at {rows[0]['seq_len']} tokens a sequence: bytes per token, by what they are",
+             "upper right")
     _finish(fig, "Each operand once, as the step's kernels name it (the seed model's traffic, "
             "memwall.seed.bytes_by_class); the all-reduce moves 2 (N-1)/N of the gradient bytes per device. "
             "Weights, optimizer and communication fall as 1/T; activations do not: past the batch where "
@@ -901,13 +908,8 @@ def fig_roofline(data: Mapping[str, Any]):
     for j, (level, bw) in enumerate(roof_lines(roof)):
         ax.plot(xs, np.minimum(bw * xs, peak), color="#222222" if j == 0 else "#888888",
                 ls="-" if j == 0 else "--", lw=1, label=f"{level} ceiling: {bw:.3g} B/s × intensity")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of main-memory traffic)")
-    ax.set_ylabel("achieved FLOP/s of the kernel")
-    ax.set_title(f"{roof['name']}: every kernel of each stored step under its roofs")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    _log_log(ax, "arithmetic intensity (FLOP per byte of main-memory traffic)", "achieved FLOP/s of the kernel",
+             f"{roof['name']}: every kernel of each stored step under its roofs", "lower right")
     _finish(fig, _sources("Hollow: kernels that move no main-memory bytes, placed at their intensity against "
                           "the level that served them. Ceilings: each level's bandwidth from the profile."))
     return fig
