@@ -124,6 +124,55 @@ def test_sampled_replay_agrees_with_the_exact_one(monkeypatch, machine, network,
     assert sampled["bytes"]["memory"] == pytest.approx(exact["bytes"]["memory"], rel=0.05)
 
 
+def _family_network(tmp_path, family: str) -> str:
+    """A shipped preset of the family, cut down so that its exact replay takes seconds."""
+    from memwall.data import era_data_dir
+
+    if family == "mlp":  # 8 square layers of affine-48x1024's width
+        text = (era_data_dir() / "networks" / "affine-48x1024.toml").read_text()
+        start = text.index("layers = [")
+        end = text.index("]", start) + 1
+        text = text[:start] + "layers = [" + ", ".join(["1024"] * 9) + "]" + text[end:]
+        text = text.replace('id = "affine-48x1024"', 'id = "affine-8x1024"')
+    elif family == "moe-transformer":  # deepseek-v3's shape at 1/7 the width, 4 layers, 16 experts
+        text = (era_data_dir() / "networks" / "deepseek-v3.toml").read_text()
+        for a, b in (('id = "deepseek-v3"', 'id = "moe-small"'), ("layers = 61", "layers = 4"),
+                     ("d_model = 7168", "d_model = 1024"), ("heads = 128", "heads = 8"), ("d_ff = 18432", "d_ff = 2816"),
+                     ("vocab = 129280", "vocab = 8192"), ("seq_len = 4096", "seq_len = 256"),
+                     ("routed_experts = 256", "routed_experts = 16"), ("active_experts = 8", "active_experts = 2"),
+                     ("expert_d_ff = 2048", "expert_d_ff = 512"), ("dense_layers = 3", "dense_layers = 1"),
+                     ("q_lora_rank = 1536", "q_lora_rank = 256"), ("kv_lora_rank = 512", "kv_lora_rank = 128")):
+            assert a in text
+            text = text.replace(a, b)
+    else:
+        return {"conv": "resnet-50", "transformer": "gpt2-small"}[family]
+    path = tmp_path / f"{family}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("family, machine, batch", [
+    ("mlp", "sun-4-260", 1), ("conv", "v100-sxm2", 8), ("transformer", "a100-sxm", 1),
+    ("moe-transformer", "a100-sxm", 8),
+])
+def test_sampling_is_held_to_account_in_every_family(tmp_path, monkeypatch, family, machine, batch):
+    """A sampled step of each family of presets against its exact replay: within 1 % in time
+    and in main-memory bytes (issue 16, item 4)."""
+    from memwall.profiles import load_machine
+    from memwall.simulate import build_case_step, plan_replay
+
+    case = Case(machine=machine, network=_family_network(tmp_path, family), batch=batch)
+    exact = run_case(case, exact=True)
+    # a budget ten times tighter than the default, so that these small steps are sampled
+    monkeypatch.setattr(simulate, "STEP_BUDGET", simulate.STEP_BUDGET // 10)
+    monkeypatch.setattr(simulate, "SAMPLE_FLOOR", simulate.SAMPLE_FLOOR // 5)
+    plan = plan_replay(load_machine(machine), build_case_step(case))
+    assert any(scale != 1.0 for row in plan.replays for _, _, scale in row), "the budget did not make it sample"
+    sampled = run_case(case)
+    assert sampled["seconds"] == pytest.approx(exact["seconds"], rel=0.01)
+    assert sampled["bytes"]["memory"] == pytest.approx(exact["bytes"]["memory"], rel=0.01)
+
+
 def test_a_network_that_does_not_fit_is_simulated_with_a_warning(capsys):
     code = main(["inspect", "--machine", "vax-11-780", "--network", "gpt2-small", "--seq-len", "8",
                  "--phase", "forward", "--json"])

@@ -137,22 +137,35 @@ class LoopNest:
             return None, self, 1.0
         shallowest = min(a.depth for a in self.accesses)
         outer = 1
+        coarse: tuple[int, int] | None = None  # (loop, iterations outside it) of the finest loop that halves the work
         for d, count in enumerate(self.counts):
             if d >= shallowest:
                 break  # loop d would leave some access outside the sample
             per_iteration = total / (outer * count)
             if count > 1 and 2 * per_iteration <= budget:
                 k = max(1, -(-budget // (2 * max(1, int(per_iteration)))))
-                k = min(k, count)
-                w = min(k, count - k)
-                head = (1,) * d
-                rest = self.counts[d + 1 :]
-                warm = LoopNest(head + (w,) + rest, self.accesses, self.label + ".warm") if w else None
-                shifted = tuple(replace(a, base=a.base + w * a.strides[d]) for a in self.accesses)
-                counted = LoopNest(head + (k,) + rest, shifted, self.label + ".sample")
-                return warm, counted, outer * count / k
+                return self._sampled(d, min(k, count), outer)
+            if count > 1 and 4 * per_iteration <= total:
+                coarse = (d, outer)
             outer *= count
+        if coarse is not None:
+            # A nest of few, large iterations (a product whose tiles each move megabytes):
+            # no iteration fits the budget, but one warm and one counted iteration of the
+            # finest loop that allows it still replay at most half the nest.
+            return self._sampled(coarse[0], 1, coarse[1])
         return None, self, 1.0
+
+    def _sampled(self, d: int, k: int, outer: int) -> tuple[LoopNest | None, LoopNest, float]:
+        """``k`` iterations of loop ``d`` after as many of warm-up, the loops outside it held
+        at their first iteration (``outer`` of them in the whole nest), and the scale."""
+        count = self.counts[d]
+        w = min(k, count - k)
+        head = (1,) * d
+        rest = self.counts[d + 1 :]
+        warm = LoopNest(head + (w,) + rest, self.accesses, self.label + ".warm") if w else None
+        shifted = tuple(replace(a, base=a.base + w * a.strides[d]) for a in self.accesses)
+        counted = LoopNest(head + (k,) + rest, shifted, self.label + ".sample")
+        return warm, counted, outer * count / k
 
     def bytes_by_tensor(self) -> dict[str, int]:
         """Bytes referenced per tensor (accesses x size), analytically."""
