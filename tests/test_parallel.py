@@ -223,3 +223,105 @@ def test_bad_device_counts_are_refused_naming_the_field(field: str, kwargs: dict
     with pytest.raises(InputError) as err:
         Case(**SMALL, **kwargs)
     assert err.value.field == field
+
+
+# ---- measurements on many devices -------------------------------------------------------
+
+NET_CASE = """
+[[measurement]]
+id = "m"
+machine = "a100-sxm"
+network = "{network}"
+batch = 1
+tp = 8
+pp = 2
+dp = 4
+zero = 1
+metric = "flops"
+value = "100 TFLOP/s"
+source = "a source, table 1"
+reliability = "medium"
+notes = "a note"
+"""
+
+
+def _measurement_folder(tmp_path: Path, network: str) -> Path:
+    from memwall.networks import load_network as _load
+
+    (tmp_path / "networks").mkdir()
+    (tmp_path / "networks" / "tiny.toml").write_text(Path(_load("gpt2-small").file).read_text()
+                                                     .replace('id = "gpt2-small"', 'id = "tiny"'))
+    path = tmp_path / "cases.toml"
+    path.write_text(NET_CASE.format(network=network))
+    return path
+
+
+def test_measurement_network_path_is_read_relative_to_its_file(tmp_path: Path) -> None:
+    from memwall.experiments.measurements import load_measurements
+    from memwall.experiments.validate import case_for
+
+    _measurement_folder(tmp_path, "networks/tiny.toml")
+    (m,) = load_measurements(tmp_path)  # networks/*.toml is not read as a measurement file
+    assert m.network == "networks/tiny.toml"
+    assert Path(m.network_file) == (tmp_path / "networks" / "tiny.toml").resolve()
+    assert (m.dp, m.tp, m.pp, m.ep, m.zero) == (4, 8, 2, 1, 1)
+    case = case_for(m)
+    assert (case.network, case.dp, case.tp, case.pp, case.zero) == (m.network_file, 4, 8, 2, 1)
+    assert "tp=8" in m.workload and str(tmp_path) not in m.workload
+
+
+@pytest.mark.parametrize("network", ["../tiny.toml", "networks/../../tiny.toml", "/etc/tiny.toml"])
+def test_measurement_network_path_may_not_leave_the_folder(tmp_path: Path, network: str) -> None:
+    from memwall.experiments.measurements import load_measurement_file
+
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    path = _measurement_folder(inner, network)
+    with pytest.raises(InputError) as err:
+        load_measurement_file(path)
+    assert err.value.field == "measurement[m].network"
+    assert err.value.file == str(path)
+
+
+def test_measurement_network_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    from memwall.experiments.measurements import load_measurement_file
+
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    path = _measurement_folder(inner, "networks/out.toml")
+    (tmp_path / "outside.toml").write_text((inner / "networks" / "tiny.toml").read_text())
+    (inner / "networks" / "out.toml").symlink_to(tmp_path / "outside.toml")
+    with pytest.raises(InputError, match="outside"):
+        load_measurement_file(path)
+
+
+def test_measurement_zero_stage_out_of_range_is_refused(tmp_path: Path) -> None:
+    from memwall.experiments.measurements import load_measurement_file
+
+    path = _measurement_folder(tmp_path, "networks/tiny.toml")
+    path.write_text(path.read_text().replace("zero = 1", "zero = 4"))
+    with pytest.raises(InputError) as err:
+        load_measurement_file(path)
+    assert err.value.field == "measurement[m].zero"
+
+
+def test_measurement_networks_are_hashed_with_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memwall import data
+
+    for kind in ("machines", "networks", "measurements/networks"):
+        (tmp_path / kind).mkdir(parents=True)
+    (tmp_path / "measurements" / "networks" / "n.toml").write_text("a = 1\n")
+    monkeypatch.setattr(data, "era_data_dir", lambda: tmp_path)
+    before = data.data_version()
+    (tmp_path / "measurements" / "networks" / "n.toml").write_text("a = 2\n")
+    assert data.data_version() != before
+
+
+def test_shipped_multi_device_measurements_name_existing_networks() -> None:
+    from memwall.experiments.measurements import load_measurements
+
+    many = [m for m in load_measurements() if m.tp * m.pp * m.dp > 1]
+    assert len(many) >= 3
+    for m in many:
+        assert m.network_file is not None and Path(m.network_file).is_file()
+        assert load_network(m.network_file).parameters > 1e10
