@@ -457,11 +457,6 @@ class Machine:
                 **{m: vars(d) for m, d in self.dispatch.modes.items()},
             },
             "vector_flops": dict(self.vector_flops),
-            "interconnect": None if self.interconnect is None else {
-                "devices_per_node": self.interconnect.devices_per_node,
-                **{k: None if v is None else vars(v) for k, v in (("node", self.interconnect.node),
-                                                                  ("cluster", self.interconnect.cluster))},
-            },
             "schedule": {"family": self.schedule.family, "params": dict(self.schedule.params)},
             "status": self.status, "status_counts": self.status_counts(),
             "provenance": {
@@ -471,6 +466,11 @@ class Machine:
             },
             "sources": dict(self.sources), "notes": self.notes, "base": self.base,
             "path": str(self.path) if self.path else None,
+            # only where the profile has links, so the others describe themselves as before
+            **({} if self.interconnect is None else {"interconnect": {
+                "devices_per_node": self.interconnect.devices_per_node,
+                **{k: None if v is None else vars(v) for k, v in (("node", self.interconnect.node),
+                                                                  ("cluster", self.interconnect.cluster))}}}),
         }
 
 

@@ -116,13 +116,11 @@ PARALLEL_OPTIONS = (
 )
 
 
-def add_parallel_arguments(p: argparse.ArgumentParser, parse: object = int) -> None:
+def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     """--dp, --tp, --pp, --ep, --zero: the devices a step runs on (docs/timing.md); the profile
-    needs an [interconnect] table for more than one device. ``parse`` reads each value
-    (``memwall sweep`` takes comma-separated lists)."""
+    needs an [interconnect] table for more than one device (``memwall sweep`` takes lists)."""
     for name, text in PARALLEL_OPTIONS:
-        p.add_argument(f"--{name}", type=parse, default=None if parse is not int else (0 if name == "zero" else 1),
-                       metavar="N" if parse is int else "N,...", help=text)
+        p.add_argument(f"--{name}", type=int, default=0 if name == "zero" else 1, metavar="N", help=text)
 
 
 def add_serving_arguments(p: argparse.ArgumentParser) -> None:
