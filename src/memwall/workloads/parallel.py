@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
+from ..vocabulary import DTYPE_BYTES
 from .config import TrainingConfig
 from .kernel import Ledger
 
@@ -225,16 +226,38 @@ def communication(network: Network, config: TrainingConfig, parallel: Parallel, 
                         (4 if training else 2) * moe_layers, "micro", "critical"))
     if training and dp > 1:
         grads, weights = _param_bytes(ledger, "gradients"), _param_bytes(ledger, "weights")
-        if parallel.zero == 0:
-            out.append(Comm("dp: gradient all-reduce", "all-reduce", dp, tp, grads, 1, "step", "backward"))
-        else:
-            out.append(Comm("dp: gradient reduce-scatter", "reduce-scatter", dp, tp, grads, 1, "step", "backward"))
-        if parallel.zero in (1, 2):
-            out.append(Comm("dp: updated weights all-gather", "all-gather", dp, tp, weights, 1, "step", "after"))
-        if parallel.zero == 3:
-            out.append(Comm("zero-3: weights all-gather (forward, backward)", "all-gather", dp, tp, weights, 2,
-                            "micro", "compute"))
+        expert = _expert_values(network, parallel, stage)
+        g_expert = expert * DTYPE_BYTES[config.gradient_dtype]
+        w_expert = expert * config.elem_bytes
+        # experts are replicated only over dp / ep replicas, ep apart; the rest over all dp
+        groups = [("dp", dp, tp, grads - g_expert, weights - w_expert)]
+        if expert and dp // ep > 1:
+            groups.append(("dp/ep (experts)", dp // ep, tp * ep, g_expert, w_expert))
+        for label, n, stride, g, w in groups:
+            out.extend(_data_parallel(label, n, stride, g, w, parallel.zero))
     return out
+
+
+def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, zero: int) -> list[Comm]:
+    """The gradient reduction and weight gathers of one data-parallel group (module docstring)."""
+    kind = "all-reduce" if zero == 0 else "reduce-scatter"
+    out = [Comm(f"{label}: gradient {kind}", kind, n, stride, grads, 1, "step", "backward")]
+    if zero in (1, 2):
+        out.append(Comm(f"{label}: updated weights all-gather", "all-gather", n, stride, weights, 1, "step", "after"))
+    if zero == 3:
+        out.append(Comm(f"{label}: zero-3 weights all-gather (forward, backward)", "all-gather", n, stride, weights,
+                        2, "micro", "compute"))
+    return out
+
+
+def _expert_values(network: Network, parallel: Parallel, stage: Stage) -> int:
+    """Routed-expert parameters one device of ``stage`` holds (E / ep experts, each / tp)."""
+    m = network.moe
+    if m is None or not network.is_sequence:
+        return 0
+    moe_layers = stage.layers - _dense(network, stage.first_layer, stage.layers)
+    per = sum(i * o for _, i, o in network.mlp_matrices(m.expert_d_ff))
+    return moe_layers * (m.routed_experts // parallel.ep) * per // parallel.tp
 
 
 def shard_ledger(ledger: Ledger, parallel: Parallel) -> Ledger:
