@@ -123,11 +123,11 @@ def test_zero_ledger_holds_rajbhandari_bytes_per_parameter(gpt2, stage: int) -> 
 def test_tensor_parallel_all_reduces_twice_a_layer_each_way(gpt2) -> None:
     cfg = TrainingConfig(batch=1, seq_len=128, dtype="bf16")
     st = stages(gpt2, 1)[0]
-    comms = {c.name: c for c in communication(gpt2, cfg, Parallel(tp=2), st, build_step(gpt2, cfg).ledger)}
+    comms = {c.name: c for c in communication(gpt2, cfg, Parallel(tp=2), st, build_step(gpt2, cfg).ledger, 128)}
     tp = comms["tp: block activations"]
     assert (tp.kind, tp.count, tp.bytes) == ("all-reduce", 4 * gpt2.n_layers + 1, 128 * gpt2.d_model * 2)
     recompute = replace(cfg, checkpoint="every:1")
-    again = communication(gpt2, recompute, Parallel(tp=2), st, build_step(gpt2, cfg).ledger)[0]
+    again = communication(gpt2, recompute, Parallel(tp=2), st, build_step(gpt2, cfg).ledger, 128)[0]
     assert again.count == 6 * gpt2.n_layers + 1
 
 
@@ -135,7 +135,7 @@ def test_data_parallel_reduces_every_gradient_byte(gpt2) -> None:
     cfg = TrainingConfig(batch=1, seq_len=128, dtype="bf16", optimizer="adam")
     step = build_step(gpt2, cfg)
     st = stages(gpt2, 1)[0]
-    kinds = {z: [(c.kind, c.bytes) for c in communication(gpt2, cfg, Parallel(dp=4, zero=z), st, step.ledger)]
+    kinds = {z: [(c.kind, c.bytes) for c in communication(gpt2, cfg, Parallel(dp=4, zero=z), st, step.ledger, 128)]
              for z in (0, 1, 3)}
     assert kinds[0] == [("all-reduce", step.ledger.gradients)]
     assert kinds[1] == [("reduce-scatter", step.ledger.gradients), ("all-gather", step.ledger.weights)]
@@ -153,11 +153,11 @@ def test_expert_gradients_are_reduced_only_over_the_replicas_that_share_them() -
     grads = 10 * st.layers * per  # any ledger bigger than the experts
     ledger = Ledger(weights=grads, gradients=grads, optimizer=6 * grads, activations=0, workspace=0, input=0,
                     peak=8 * grads)
-    full = {c.name: c for c in communication(ds, cfg, Parallel(dp=8, ep=8), st, ledger)}
+    full = {c.name: c for c in communication(ds, cfg, Parallel(dp=8, ep=8), st, ledger, 128)}
     expert = st.layers * ds.moe.routed_experts // 8 * per * 2
     assert full["dp: gradient all-reduce"].bytes == grads - expert
     assert not any("experts" in n for n in full)  # ep = dp: every expert lives on one device
-    half = {c.name: c for c in communication(ds, cfg, Parallel(dp=8, ep=4), st, ledger)}
+    half = {c.name: c for c in communication(ds, cfg, Parallel(dp=8, ep=4), st, ledger, 128)}
     ex = half["dp/ep (experts): gradient all-reduce"]
     assert (ex.size, ex.stride, ex.bytes) == (2, 4, st.layers * ds.moe.routed_experts // 4 * per * 2)
     a2a = half["ep: token dispatch and combine"]

@@ -646,13 +646,17 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         timing = simulate_step(machine, st, plan=plan, progress=_ticker(progress, total, done), dispatch=case.dispatch)
         done += plan.lookups
         timing = sharded_update(accumulated(timing, k), share)
-        times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger), k))
+        times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger, st.tokens), k))
     b, device = time_pipeline(times, par.pp, k)
     step = steps[b][1]
     result = result_dict(case, step, device)
     result.update(_per_step(case, step, device))
     result.update(_seed(step, machine))
     _whole_step(result, par, steps, times, device)
+    if config.serving:  # the replicas' tokens, per device
+        serving = serving_dict(step, device.seconds, machine.memory.capacity)
+        serving["tokens_per_second"] *= par.dp / par.devices
+        result["serving"] = serving
     return result
 
 

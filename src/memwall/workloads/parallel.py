@@ -88,6 +88,8 @@ class Stage:
 
     @property
     def name(self) -> str:
+        if self.layers == 0:  # a network without transformer layers runs whole on every device
+            return "the whole network"
         where = "+".join(n for n, on in (("embedding", self.embed), ("head", self.head)) if on)
         return f"layers {self.first_layer}-{self.first_layer + self.layers - 1}" + (f" + {where}" if where else "")
 
@@ -200,12 +202,12 @@ def _param_bytes(ledger: Ledger, cls: str) -> int:
 
 
 def communication(network: Network, config: TrainingConfig, parallel: Parallel, stage: Stage,
-                  ledger: Ledger) -> list[Comm]:
-    """What one device of ``stage`` sends and receives in one optimizer step (module docstring)."""
+                  ledger: Ledger, tokens: int) -> list[Comm]:
+    """What one device of ``stage`` sends and receives in one optimizer step (module docstring);
+    ``tokens`` are one micro-batch's (the step's: decode's one a sequence, prefill's prompt)."""
     tp, dp, pp, ep = parallel.tp, parallel.dp, parallel.pp, parallel.ep
     out: list[Comm] = []
     esz = config.elem_bytes
-    tokens = config.batch * (config.seq_len or network.seq_len or 1) if network.is_sequence else 0
     act = tokens * network.d_model * esz
     training = config.training
     if tp > 1 and network.is_sequence:
