@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
 CASES_DIR = "cases"
+REPLAYS_DIR = "replays"
 QUARANTINE_DIR = "quarantine"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
@@ -377,3 +378,30 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")
     return list(rows)
 
+
+class ReplayStore:
+    """Replays kept in a sweep folder (``DIR/replays/cases/<key>.json``, self-checking like
+    case records) under :func:`memwall.simulate.replay_key`, so that cases differing only
+    in what the engine never sees replay once, across workers and reruns.
+
+    A cache, not a record: a replay that cannot be read is recomputed, and one that
+    cannot be written (a worker on another machine, a full disk) is simply not kept.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.store = Store(Path(root) / REPLAYS_DIR, on_damaged=None, content="replay")
+
+    def get(self, key: str) -> list[Any] | None:
+        from ..engine import HierarchyCounters
+
+        try:
+            record = self.store.get(key)
+            return None if record is None else [HierarchyCounters.from_dict(c) for c in record["replay"]["kernels"]]
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, key: str, counters: Sequence[Any]) -> None:
+        try:
+            self.store.put({"key": key, "status": "ok", "replay": {"kernels": [c.as_dict() for c in counters]}})
+        except OSError:
+            pass
