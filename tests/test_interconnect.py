@@ -124,3 +124,22 @@ def test_a_figure_without_provenance_in_the_table_is_refused(tmp_path) -> None:
     path.write_text(text)
     errors = validate_paths([path])
     assert any("interconnect.devices_per_node" in str(e) for e in errors), errors
+
+
+def test_exposed_time_follows_each_overlap_rule() -> None:
+    from memwall.timing import BUCKET_BYTES, time_communication
+    from memwall.workloads.parallel import Comm
+
+    g = Group(8)
+    one = ic.all_gather(BOX, g, S)
+    comms = [Comm("crit", "all-gather", 8, 1, int(S), 3, "micro", "critical"),
+             Comm("bwd", "all-reduce", 8, 1, int(S), 1, "step", "backward"),
+             Comm("pre", "all-gather", 8, 1, int(S), 4, "micro", "compute")]
+    m, t_micro, t_bwd = 2, 1.5 * one, 0.001
+    crit, bwd, pre = time_communication(BOX, comms, micro_batches=m, micro_seconds=t_micro, backward_seconds=t_bwd)
+    assert crit.exposed == pytest.approx(m * 3 * one) == pytest.approx(crit.seconds)
+    t_ar = ic.all_reduce(BOX, g, S)
+    assert bwd.exposed == pytest.approx(max(ic.all_reduce(BOX, g, BUCKET_BYTES), t_ar - t_bwd))
+    # the first gather of each micro-batch is waited for; the other three hide behind 1.5 of them
+    assert pre.exposed == pytest.approx(m * (one + (3 * one - t_micro)))
+    assert pre.sent == pytest.approx(m * 4 * 7 / 8 * S)

@@ -139,7 +139,11 @@ def test_data_parallel_reduces_every_gradient_byte(gpt2) -> None:
              for z in (0, 1, 3)}
     assert kinds[0] == [("all-reduce", step.ledger.gradients)]
     assert kinds[1] == [("reduce-scatter", step.ledger.gradients), ("all-gather", step.ledger.weights)]
-    assert ("all-gather", step.ledger.weights) in kinds[3] and len(kinds[3]) == 2
+    # ZeRO-3: each layer's share of the weights, gathered before its forward and its backward
+    layers = gpt2.n_layers
+    assert kinds[3] == [("reduce-scatter", step.ledger.gradients), ("all-gather", -(-step.ledger.weights // layers))]
+    gather = communication(gpt2, cfg, Parallel(dp=4, zero=3), st, step.ledger, 128)[1]
+    assert (gather.count, gather.per, gather.overlap) == (2 * layers, "micro", "compute")
 
 
 def test_expert_gradients_are_reduced_only_over_the_replicas_that_share_them() -> None:

@@ -606,8 +606,9 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
     reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
-    micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched gathers): exposed =
-    m max(0, T_micro_gathers - T_micro)."""
+    micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched per-layer gathers):
+    exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
+    micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last."""
     from .interconnect import Group, bus_bytes, collective
 
     out = []
@@ -620,7 +621,8 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
             bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES))
             exposed = max(bucket, total - backward_seconds)
         elif c.overlap == "compute":
-            exposed = micro_batches * max(0.0, one * c.count - micro_seconds)
+            # prefetched: all but the first gather of a micro-batch can hide behind its kernels
+            exposed = micro_batches * (one + max(0.0, one * (c.count - 1) - micro_seconds))
         else:
             exposed = total
         out.append(CommTiming(c.name, c.kind, c.size, c.bytes, n, total, exposed,

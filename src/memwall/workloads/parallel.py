@@ -24,6 +24,10 @@ so every pass (checkpointing, accumulation, fusion, liveness) runs on it unchang
   as Megatron-core and DeepSpeed-MoE do) each hold E / ep experts and receive every
   group member's tokens for them: each expert's product runs on tokens x k x ep / E rows.
   Dispatch and combine are all-to-alls, two forward and two backward per MoE layer.
+* ZeRO (Rajbhandari et al. 2020) over the data-parallel group: stage 1 and 2 reduce-scatter
+  the gradients and all-gather the updated weights after the update; stage 3 gathers each
+  layer's weights before its forward and before its backward (a layer's share: the stage's
+  weights / its layers) and reduce-scatters the gradients.
 * Ranks are placed tensor-parallel first, then data-parallel, then pipeline (Megatron's
   order): the tp group has stride 1, dp (and ep) stride tp, pp stride tp x dp.
 """
@@ -236,19 +240,22 @@ def communication(network: Network, config: TrainingConfig, parallel: Parallel, 
         if expert and dp // ep > 1:
             groups.append(("dp/ep (experts)", dp // ep, tp * ep, g_expert, w_expert))
         for label, n, stride, g, w in groups:
-            out.extend(_data_parallel(label, n, stride, g, w, parallel.zero))
+            out.extend(_data_parallel(label, n, stride, g, w, parallel.zero, max(1, stage.layers)))
     return out
 
 
-def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, zero: int) -> list[Comm]:
-    """The gradient reduction and weight gathers of one data-parallel group (module docstring)."""
+def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, zero: int,
+                   layers: int) -> list[Comm]:
+    """The gradient reduction and weight gathers of one data-parallel group (module docstring);
+    ZeRO-3 gathers each of the ``layers`` layers' share of the weights before its forward and
+    again before its backward."""
     kind = "all-reduce" if zero == 0 else "reduce-scatter"
     out = [Comm(f"{label}: gradient {kind}", kind, n, stride, grads, 1, "step", "backward")]
     if zero in (1, 2):
         out.append(Comm(f"{label}: updated weights all-gather", "all-gather", n, stride, weights, 1, "step", "after"))
     if zero == 3:
-        out.append(Comm(f"{label}: zero-3 weights all-gather (forward, backward)", "all-gather", n, stride, weights,
-                        2, "micro", "compute"))
+        out.append(Comm(f"{label}: zero-3 weights all-gather (each layer, forward and backward)", "all-gather", n,
+                        stride, -(-weights // layers), 2 * layers, "micro", "compute"))
     return out
 
 
