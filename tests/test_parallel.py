@@ -371,3 +371,15 @@ def test_sweep_runs_every_combination_of_the_device_lists() -> None:
         build_cases(build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small",
                                                "--zero", "4"]))
     assert err.value.field == "zero"
+
+
+def test_inspect_prints_the_communication_beside_the_kernels(capsys) -> None:
+    from memwall.cli import main
+
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--batch", "1", "--seq-len", "128",
+                 "--tp", "2", "--pp", "2", "--accumulate", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "devices: 4 (dp 1, tp 2, pp 2, ep 1, zero 0)" in out
+    assert "tp: block activations" in out and "pp: activations between stages" in out
+    assert "bubble" in out and "(p-1)/(m+p-1) = 0.333" in out
+    assert out.index("update.") < out.index("communication")  # the kernels first, then what they send
