@@ -51,10 +51,12 @@ def test_shipped_set_loads_with_unique_ids_and_full_provenance() -> None:
         assert m.file and m.line, "each measurement knows where it was written"
     ids = {m.id for m in ms}
     for required in ("witbrock-zagha-1989-gf11-nettalk", "zhang-1989-cm2-64k-train",
-                     "narayanan-2021-megatron-a100-per-gpu", "deepbench-v100-fp16tc-4096x7000x4096"):
+                     "narayanan-2021-table1-gpt-1008b-a100", "deepbench-v100-fp16tc-4096x7000x4096"):
         assert required in ids
-    megatron = next(m for m in ms if m.id == "narayanan-2021-megatron-a100-per-gpu")
-    assert megatron.check == "lower-bound-on-prediction"
+    # Narayanan et al. 2021, Table 1: one point check per row, each on the devices it ran on
+    table1 = [m for m in ms if m.id.startswith("narayanan-2021-table1-")]
+    assert len(table1) == 10
+    assert all(m.check == "point" and m.dp * m.tp * m.pp >= 32 for m in table1)
 
 
 def test_deepbench_values_recorded_exactly() -> None:

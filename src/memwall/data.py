@@ -26,10 +26,13 @@ def data_files(kind: str) -> list[Path]:
 
 
 def data_version() -> str:
-    """A short hash of every shipped data file, so results name the data they used."""
+    """A short hash of every shipped data file, so results name the data they used (the
+    network files measurements name in ``measurements/networks/`` included)."""
     digest = hashlib.sha256()
     for kind in ("machines", "networks", "measurements"):
-        for path in data_files(kind):
-            digest.update(path.name.encode())
+        folder = era_data_dir() / kind
+        extra = sorted(folder.glob("*/*.toml")) if kind == "measurements" else []
+        for path in [*data_files(kind), *extra]:
+            digest.update(str(path.relative_to(folder)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .interconnect import Interconnect, Link
 from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
 from .schema import Field, Problems, Table, read_toml, walk
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
@@ -263,6 +264,25 @@ SCHEDULE = Table("[schedule]", (
     Field("note", "str", "free text"),
 ), doc="The schedule family and its parameters: modelling choices, provenance optional.")
 
+_BW = "rate per device, one direction (`'450 GB/s'`, `'400 Gb/s'`)"
+LINK = Table("[interconnect.<node|cluster>]", (
+    Field("bandwidth", "any", "bandwidth one device sends with, in one direction (all its links of this class "
+          "together; the node's share of a NIC across nodes)", required=True, parse=_byte_rate, unit=_BW,
+          figure="required"),
+    Field("latency", "any", "latency of one step of a collective's algorithm (alpha)", required=True,
+          parse=_time, unit=_T, figure="required"),
+    Field("note", "str", "free text"),
+), doc="One class of link (docs/timing.md, 'Devices and the interconnect').")
+INTERCONNECT = Table("[interconnect]", (
+    Field("devices_per_node", "int", "devices joined by the node link (a server's GPUs, a TPU slice's chips)",
+          required=True, minimum=1, figure="required"),
+    Field("node", "table", "the link between devices of one node (NVLink, Infinity Fabric, ICI)", required=True,
+          table=LINK),
+    Field("cluster", "table", "the link between nodes (InfiniBand, RoCE, a data-centre network); absent: the "
+          "profile describes one node", table=LINK),
+    Field("note", "str", "free text"),
+), doc="How devices talk: a profile without it runs on one device only.")
+
 PROFILE = Table("machine profile", (
     Field("format_version", "int", f"the profile format this file is written in (write format_version = "
           f"{FORMAT_VERSION}); another version is refused with the list of changes", required=True,
@@ -289,6 +309,8 @@ PROFILE = Table("machine profile", (
     Field("memory", "table", "main memory", required=True, table=MEMORY),
     Field("timing", "table", "timing model and its parameters", required=True, table=TIMING),
     Field("schedule", "table", "schedule family and its parameters", required=True, table=SCHEDULE),
+    Field("interconnect", "table", "the links between devices, for multi-device steps (--dp, --tp, --pp, --ep)",
+          table=INTERCONNECT),
     Field("sources", "mapping", "key -> full citation or URL; a figure's source that looks like a key (no "
           "spaces) must be one"),
 ), doc="Every figure (marked *figure*) may be written `{ value = ..., source = ..., status = ..., derivation "
@@ -376,6 +398,7 @@ class Machine:
     path: Path | None = None
     dispatch: DispatchSpec | None = None  # None: no per-kernel dispatch cost (a CPU's compiled loops)
     vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
+    interconnect: Interconnect | None = None  # [interconnect]; None: one device only
 
     @property
     def cache_levels(self) -> tuple[LevelSpec, ...]:
@@ -450,6 +473,11 @@ class Machine:
             },
             "sources": dict(self.sources), "notes": self.notes, "base": self.base,
             "path": str(self.path) if self.path else None,
+            # only where the profile has links, so the others describe themselves as before
+            **({} if self.interconnect is None else {"interconnect": {
+                "devices_per_node": self.interconnect.devices_per_node,
+                **{k: None if v is None else vars(v) for k, v in (("node", self.interconnect.node),
+                                                                  ("cluster", self.interconnect.cluster))}}}),
         }
 
 
@@ -622,6 +650,20 @@ def _dispatch(values: Mapping[str, Any], problems: Problems) -> DispatchSpec | N
     return DispatchSpec(table["default"], modes)
 
 
+def _interconnect(values: Mapping[str, Any]) -> Interconnect | None:
+    """[interconnect] as the link model's value (figures already in bytes/s and seconds)."""
+    table = values.get("interconnect")
+    if table is None:
+        return None
+
+    def link(t: Mapping[str, Any] | None) -> Link | None:
+        return None if t is None else Link(t["bandwidth"], t["latency"])
+
+    node = link(table["node"])
+    assert node is not None
+    return Interconnect(values["id"], table["devices_per_node"], node, link(table.get("cluster")))
+
+
 def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problems) -> dict[str, Any]:
     """The merged profile with each ``FIELD=VALUE`` of ``memwall inspect --set`` applied.
 
@@ -689,7 +731,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         schedule=ScheduleSpec(schedule["family"], _params(schedule, "family")),
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
-        path=path, dispatch=dispatch, vector_flops=vector_flops,
+        path=path, dispatch=dispatch, vector_flops=vector_flops, interconnect=_interconnect(values),
     )
 
 

@@ -20,26 +20,33 @@ from typing import Any, Protocol
 
 from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
-from .networks import load_network
+from .interconnect import bubble_fraction
+from .networks import Network, load_network
 from .profiles import Machine, load_machine
 from .seed import seed_for
 from .streams import LoopNest
 from .timing import (
+    BUBBLE,
     COMPUTE,
     DISPATCH,
+    INTERCONNECT,
     STARTUP,
     KernelTiming,
     StepTiming,
     apply_dispatch,
     arithmetic_rate,
     rate_dtype,
+    sharded_update,
     time_kernel,
+    time_pipeline,
+    time_stage,
     traffic_from_counters,
     word_widening,
 )
 from .units import format_time
 from .workloads.config import TrainingConfig
 from .workloads.lowering import Lowered, lower
+from .workloads.parallel import Parallel, communication, device_steps, shard_ledger
 from .workloads.step import Kernel, Step, activation_traffic, build_step, d_min, gemm_step
 
 
@@ -64,16 +71,32 @@ class Case:
     context: int | None = None  # decode, prefill: tokens in each sequence's KV cache
     weights: str | None = None  # int8 | int4 | fp8: weight-only quantization (None: in dtype)
     kv_dtype: str | None = None  # the KV cache's type (None: in dtype)
+    dp: int = 1  # data-parallel replicas
+    tp: int = 1  # tensor-parallel devices per replica
+    pp: int = 1  # pipeline stages
+    ep: int = 1  # expert-parallel group (drawn from the dp replicas)
+    zero: int = 0  # ZeRO stage 0-3
+
+    def __post_init__(self) -> None:
+        Parallel(self.dp, self.tp, self.pp, self.ep, self.zero)  # refuses bad device counts before any work
 
     def as_dict(self) -> dict:
         d = asdict(self)
         for k in SERVING_OPTIONS:  # absent unless given, so other cases keep their keys
             if d[k] is None:
                 del d[k]
+        for k, default in PARALLEL_DEFAULTS.items():  # likewise the devices, unless more than one
+            if d[k] == default:
+                del d[k]
         return d
+
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(self.dp, self.tp, self.pp, self.ep, self.zero)
 
 
 SERVING_OPTIONS = ("context", "weights", "kv_dtype")
+PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "ep": 1, "zero": 0}
 
 
 def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
@@ -104,7 +127,12 @@ def build_case_step(case: Case) -> Step:
         m, n, k = case.gemm
         return gemm_step(m, n, k, case.dtype or "fp32")
     network = load_network(case.network)
-    config = TrainingConfig(
+    return build_step(network, case_config(case, network))
+
+
+def case_config(case: Case, network: Network) -> TrainingConfig:
+    """The training configuration a network case runs."""
+    return TrainingConfig(
         batch=case.batch,
         updates=case.updates,
         optimizer=case.optimizer,
@@ -119,7 +147,6 @@ def build_case_step(case: Case) -> Step:
         weights=case.weights,
         kv_dtype=case.kv_dtype,
     )
-    return build_step(network, config)
 
 
 # Line lookups a step may replay in full; above it, large nests are sampled in proportion
@@ -417,6 +444,10 @@ def _verdict(timing: StepTiming) -> str:
                 f"{format_time(parts[DISPATCH])} of its {format_time(d.device_seconds)} ({d.mode}; {memory})")
     if bound == STARTUP:
         return f"startup-bound: vector start-up is {share} ({memory})"
+    if bound == INTERCONNECT:
+        return f"interconnect-bound: the device waits on its links for {share} ({memory})"
+    if bound == BUBBLE:
+        return f"bubble-bound: the pipeline's fill and drain idle the device for {share} ({memory})"
     return f"memory-bound ({bound}): {memory}; {bound} stalls are {share}"
 
 
@@ -642,6 +673,9 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     sees (bandwidths, latencies, peaks, dispatch) replay once."""
     if machine is None:
         machine = load_machine(case.machine)
+    if case.parallel.devices > 1:
+        return run_parallel(case, machine, exact=exact, max_lookups=max_lookups, progress=progress,
+                            allow_fallback=allow_fallback)
     step = build_case_step(case)
     fallback = dtype_fallback(machine, step, asked=case.dtype is not None, allow=allow_fallback)
     plan = plan_replay(machine, step, exact=exact)
@@ -649,17 +683,7 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     counters = replays.get(key) if replays is not None else None
     if counters is None:
         check_cost(plan, max_lookups, exact=exact)
-    tick = None
-    if progress is not None:
-        done = 0
-
-        def tick(n: int) -> None:
-            nonlocal done
-            done += n
-            progress(done, plan.lookups)
-
-    if counters is None:
-        counters = replay_step(machine, plan, tick)
+        counters = replay_step(machine, plan, _ticker(progress, plan.lookups))
         if replays is not None:
             replays.put(key, counters)
     timing = simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters)
@@ -670,6 +694,117 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
         result["dtype_fallback"] = fallback
     result.update(_per_step(case, step, timing))
     result.update(_seed(step, machine))
+    result.update(devices=1, parallel=case.parallel.as_dict(), interconnect_bytes=0)
     if step.config.serving:
         result["serving"] = serving_dict(step, timing.seconds, machine.memory.capacity)
     return result
+
+
+def _ticker(progress: Callable[[int, int], Any] | None, total: int, done: int = 0) -> Callable[[int], None] | None:
+    """``progress(done, total)`` as a per-piece callback, counting on from ``done``."""
+    if progress is None:
+        return None
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(done, total)
+
+    return tick
+
+
+def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_lookups: int | None = None,
+                 progress: Callable[[int, int], Any] | None = None, allow_fallback: bool = False) -> dict:
+    """A step on dp x tp x pp devices: each distinct device's share replayed once, its
+    communication timed by the link model, the pipeline paced by its slowest stage
+    (docs/timing.md, "Devices and the interconnect"). The result is the slowest stage's
+    device, with the whole step's FLOPs and throughput per device. A dtype the machine
+    has no rate for is treated as :func:`run_case` treats it."""
+    par = case.parallel
+    if case.gemm is not None:
+        raise InputError("a single GEMM runs on one device: --dp, --tp and --pp apply to networks", field="dp")
+    ic = machine.interconnect
+    if ic is None:
+        raise InputError(f"machine {machine.id!r} has no [interconnect] table: a {par.devices}-device step "
+                         f"(dp {par.dp}, tp {par.tp}, pp {par.pp}) needs its links; run it on one device, or add "
+                         "the table (era_data/README.md)", file=str(machine.path or machine.id), field="interconnect")
+    network = load_network(case.network)
+    config = case_config(case, network)
+    if par.dp > 1 and not config.training and par.zero:
+        raise InputError("ZeRO shards training state: it needs phase train", field="zero")
+    k = config.accumulate
+    steps = device_steps(network, config, par)
+    fallback = dtype_fallback(machine, steps[0][1], asked=case.dtype is not None, allow=allow_fallback)
+    plans = [plan_replay(machine, st, exact=exact) for _, st in steps]
+    total = sum(p.lookups for p in plans)
+    check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
+    share = 1.0 / par.dp if par.zero >= 1 and config.training else 1.0
+    times = []
+    done = 0
+    for (stage, st), plan in zip(steps, plans, strict=True):
+        timing = simulate_step(machine, st, plan=plan, progress=_ticker(progress, total, done), dispatch=case.dispatch)
+        done += plan.lookups
+        timing = sharded_update(accumulated(timing, k), share)
+        times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger, st.tokens), k))
+    b, device = time_pipeline(times, par.pp, k)
+    step = steps[b][1]
+    result = result_dict(case, step, device)
+    result.update(_per_step(case, step, device))
+    result.update(_seed(step, machine))
+    _whole_step(result, par, steps, times, device)
+    if fallback is not None:
+        result["warnings"].append(fallback.pop("warning"))
+        result["dtype_fallback"] = fallback
+    if config.serving:  # the replicas' tokens, per device
+        serving = serving_dict(step, device.seconds, machine.memory.capacity)
+        serving["tokens_per_second"] *= par.dp / par.devices
+        result["serving"] = serving
+    return result
+
+
+def _whole_step(result: dict, par: Parallel, steps: list, times: list, device: StepTiming) -> None:
+    """Turn the slowest device's result into the step's: FLOPs and throughput over every
+    device, its communication, each stage's slot and ledger, ZeRO's per-device ledger."""
+    machine = device.machine
+    seconds = device.seconds
+    replicas = par.tp * par.dp
+    flops = sum(st.count * replicas * t.timing.flops for (st, _), t in zip(steps, times, strict=True))
+    recompute = sum(st.count * replicas * t.timing.iterations * sum(x.flops for x in t.timing.kernels
+                                                                    if x.phase == "recompute")
+                    for (st, _), t in zip(steps, times, strict=True))
+    per_device = flops / seconds / par.devices if seconds > 0 else 0.0
+    model = (flops - recompute) / seconds / par.devices if seconds > 0 else 0.0
+    stage_rows = []
+    for (st, step), t in zip(steps, times, strict=True):
+        ledger = shard_ledger(step.ledger, par).as_dict()
+        stage_rows.append({"stage": st.name, "count": st.count, "layers": st.layers,
+                           "slot_seconds": t.slot, "update_seconds": t.update,
+                           "communication_seconds": t.exposed_step, "ledger": ledger,
+                           "fits": ledger["peak"] <= machine.memory.capacity})
+    b = max(range(len(times)), key=lambda i: times[i].slot)
+    ledger = stage_rows[b]["ledger"]
+    fits = all(r["fits"] for r in stage_rows)
+    cfg = steps[b][1].config
+    tokens = par.dp * cfg.accumulate * steps[b][1].tokens
+    examples = par.dp * cfg.accumulate * cfg.batch
+    comms = [{"name": c.name, "kind": c.kind, "group": c.group, "bytes": c.bytes, "count": c.count,
+              "seconds": c.seconds, "exposed": c.exposed, "sent_bytes": c.sent, "overlap": c.overlap}
+             for c in times[b].comms]
+    result.update(
+        devices=par.devices, parallel=par.as_dict(), flops=flops, achieved_flops=per_device,
+        fraction_of_peak=per_device / device.peak, mfu=model / device.peak, hfu=per_device / device.peak,
+        model_flops=flops - recompute, interconnect_bytes=sum(c.sent for c in times[b].comms),
+        communication=comms, stages=stage_rows, ledger=ledger,
+        capacity={"memory": machine.memory.capacity, "fits": fits},
+        bubble_fraction=bubble_fraction(par.pp, cfg.accumulate),
+        global_step={"devices": par.devices, "examples": examples, "tokens": tokens, "seconds": seconds,
+                     "examples_per_second": examples / seconds if seconds > 0 else 0.0,
+                     "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+                     "tokens_per_second_per_device": tokens / seconds / par.devices if seconds > 0 else 0.0},
+    )
+    result["warnings"] = [w for w in result["warnings"] if "at its peak" not in w]
+    if not fits:
+        worst = max(stage_rows, key=lambda r: r["ledger"]["peak"])
+        result["warnings"].insert(0, f"a device of stage {worst['stage']} needs {worst['ledger']['peak']} bytes at "
+                                     f"its peak but {machine.id} has {machine.memory.capacity} bytes of main memory; "
+                                     "simulated as if it fitted")

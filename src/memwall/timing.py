@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .vocabulary import DISPATCH_MODES, DTYPE_BYTES
@@ -35,8 +35,11 @@ ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
 # traffic: their compilers spread each kernel over every PE (one connection per PE on
 # the CM-2, one pattern per cell on Warp and GF11), so they keep every unit busy.
 WAVE_KINDS = ("gpu", "tpu")
-# The components a kernel's or a step's time is made of, besides the memory levels.
+# The components a kernel's or a step's time is made of, besides the memory levels; a
+# multi-device step adds the exposed communication and the pipeline bubble.
 COMPUTE, DISPATCH, STARTUP = "compute", "dispatch", "startup"
+INTERCONNECT, BUBBLE = "interconnect", "bubble"
+NAMED_COMPONENTS = (COMPUTE, DISPATCH, STARTUP, INTERCONNECT, BUBBLE)
 DTYPE_FALLBACK = {
     "fp8": ("fp8", "bf16", "fp16", "fp32"),
     "bf16": ("bf16", "fp16", "fp32"),
@@ -165,8 +168,8 @@ def largest(components: Mapping[str, float]) -> str:
 
 
 def bound_class(bound: str) -> str:
-    """compute, dispatch or startup as named; any memory level's name is 'memory'."""
-    return bound if bound in (COMPUTE, DISPATCH, STARTUP) else "memory"
+    """compute, dispatch, startup, interconnect or bubble as named; any memory level's name is 'memory'."""
+    return bound if bound in NAMED_COMPONENTS else "memory"
 
 
 def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
@@ -452,6 +455,8 @@ class StepTiming:
     phase: str
     peak: float  # FLOP/s the fraction of peak is taken against
     dispatch: DispatchTimes | None = None  # set by apply_dispatch
+    interconnect: float = 0.0  # seconds the device waits on communication (time_parallel)
+    bubble: float = 0.0  # seconds the device idles in the pipeline's fill and drain
 
     def _sum(self, attr: str) -> float:
         return self.iterations * sum(getattr(k, attr) for k in self.kernels)
@@ -494,12 +499,14 @@ class StepTiming:
 
     @property
     def seconds(self) -> float:
-        return self.compute + self.overhead + sum(self.stall.values())
+        return self.compute + self.overhead + sum(self.stall.values()) + self.interconnect + self.bubble
 
     @property
     def time_by_component(self) -> dict[str, float]:
-        """Seconds by component: compute, dispatch, startup and each memory level's stall."""
-        return {COMPUTE: self.compute, DISPATCH: self.dispatch_seconds, STARTUP: self.startup, **self.stall}
+        """Seconds by component: compute, dispatch, startup, each memory level's stall, the
+        exposed interconnect and the pipeline bubble."""
+        return {COMPUTE: self.compute, DISPATCH: self.dispatch_seconds, STARTUP: self.startup, **self.stall,
+                INTERCONNECT: self.interconnect, BUBBLE: self.bubble}
 
     @property
     def bound(self) -> str:
@@ -567,3 +574,107 @@ def apply_dispatch(machine: Machine, kernels: Sequence[KernelTiming], iterations
     for k in kernels:
         k.dispatch = k.repeat * (g + per_run)
     return DispatchTimes(mode, host, device, launches, synchronous)
+
+
+# ---------------------------------------------------------------------------------
+# Devices and the interconnect (docs/timing.md, "Devices and the interconnect")
+
+# Gradients are reduced in buckets as the backward pass produces them (PyTorch DDP's
+# bucket_cap_mb = 25); the last bucket cannot hide behind any backward work.
+BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True)
+class CommTiming:
+    """One collective of a device's step, timed: all its repeats in one optimizer step."""
+
+    name: str
+    kind: str
+    group: int  # devices
+    bytes: int  # S per collective
+    count: int  # collectives per optimizer step
+    seconds: float  # all of them, as if nothing overlapped
+    exposed: float  # what the device waits for
+    sent: float  # bytes this device sends, all of them (bus bytes)
+    overlap: str  # critical | backward | compute | after
+    per: str  # micro | step
+
+
+def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, micro_seconds: float,
+                       backward_seconds: float) -> list[CommTiming]:
+    """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
+
+    ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
+    reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
+    micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched per-layer gathers):
+    exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
+    micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last."""
+    from .interconnect import Group, bus_bytes, collective
+
+    out = []
+    for c in comms:
+        group = Group(c.size, c.stride)
+        one = collective(ic, c.kind, group, c.bytes) if c.bytes and c.count else 0.0
+        n = c.count * (micro_batches if c.per == "micro" else 1)
+        total = one * n
+        if c.overlap == "backward" and total > 0:
+            bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES))
+            exposed = max(bucket, total - backward_seconds)
+        elif c.overlap == "compute":
+            # prefetched: all but the first gather of a micro-batch can hide behind its kernels
+            exposed = micro_batches * (one + max(0.0, one * (c.count - 1) - micro_seconds))
+        else:
+            exposed = total
+        out.append(CommTiming(c.name, c.kind, c.size, c.bytes, n, total, exposed,
+                              n * bus_bytes(c.kind, c.size, c.bytes), c.overlap, c.per))
+    return out
+
+
+def sharded_update(timing: StepTiming, share: float) -> StepTiming:
+    """The step with its update kernels scaled by ``share`` (ZeRO: each device updates 1/dp)."""
+    if share == 1.0:
+        return timing
+    from dataclasses import replace
+
+    kernels = [t if t.phase != "update" else replace(
+        t, compute=t.compute * share, overhead=t.overhead * share, dispatch=t.dispatch * share,
+        stall={n: v * share for n, v in t.stall.items()}, bytes={n: int(v * share) for n, v in t.bytes.items()},
+        flops=int(t.flops * share)) for t in timing.kernels]
+    return replace(timing, kernels=kernels)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One kind of pipeline stage's device, per optimizer step (seconds)."""
+
+    timing: StepTiming  # its kernels: m micro-batches and its (sharded) update
+    comms: list[CommTiming]
+    slot: float  # one micro-batch: kernels plus the communication on its critical path
+    update: float  # the update's kernels
+    exposed_step: float  # per-step communication the device waits for (gradients, gathers)
+
+
+def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches: int) -> StageTimes:
+    """A stage's micro-batch slot and its per-step communication."""
+    it = timing.iterations
+    update = it * sum(k.seconds for k in timing.kernels if k.phase == "update")
+    micro = (timing.seconds - update) / micro_batches
+    backward = it * sum(k.seconds for k in timing.kernels if k.phase in ("backward", "recompute")) / micro_batches
+    timed = time_communication(ic, comms, micro_batches=micro_batches, micro_seconds=micro,
+                               backward_seconds=backward)
+    per_micro = sum(c.exposed for c in timed if c.per == "micro")
+    per_step = sum(c.exposed for c in timed if c.per == "step")
+    return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)
+
+
+def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int) -> tuple[int, StepTiming]:
+    """1F1B over ``pp`` stages and m micro-batches: the slowest stage's slot t sets the pace;
+    the device waits (p - 1) t in fill and drain (bubble = (p-1)/(m+p-1) of the pipeline).
+    Returns the index of the slowest stage and its device's timing with the exposed
+    communication and the bubble set."""
+    from dataclasses import replace
+
+    b = max(range(len(stages)), key=lambda i: stages[i].slot)
+    s = stages[b]
+    comm = s.exposed_step + micro_batches * (s.slot - (s.timing.seconds - s.update) / micro_batches)
+    return b, replace(s.timing, interconnect=comm, bubble=(pp - 1) * s.slot)

@@ -65,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "without it such a --dtype is refused")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
     add_training_arguments(p)
+    add_parallel_arguments(p)
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
@@ -110,6 +111,22 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
+PARALLEL_OPTIONS = (
+    ("dp", "data-parallel replicas (default 1)"),
+    ("tp", "tensor-parallel devices per replica, Megatron-style column/row products (default 1)"),
+    ("pp", "pipeline stages, 1F1B over --accumulate micro-batches (default 1)"),
+    ("ep", "expert-parallel group, drawn from the --dp replicas (default 1)"),
+    ("zero", "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also weights (default 0)"),
+)
+
+
+def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
+    """--dp, --tp, --pp, --ep, --zero: the devices a step runs on (docs/timing.md); the profile
+    needs an [interconnect] table for more than one device (``memwall sweep`` takes lists)."""
+    for name, text in PARALLEL_OPTIONS:
+        p.add_argument(f"--{name}", type=int, default=0 if name == "zero" else 1, metavar="N", help=text)
+
+
 def add_serving_arguments(p: argparse.ArgumentParser) -> None:
     """--context, --weights, --kv-dtype (shared with ``memwall step``)."""
     p.add_argument("--context", type=int, default=None,
@@ -142,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         context=args.context,
         weights=args.weights,
         kv_dtype=args.kv_dtype,
+        dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, zero=args.zero,
     )
     if args.crossover:
         return _crossover(case, args)
@@ -192,6 +210,28 @@ def _crossover(case: object, args: argparse.Namespace) -> int:
     print(f"KV cache reads overtake weight reads ({format_bytes(out['weights_read_per_step'])} a step) at batch "
           f"{out['kv_overtakes_weights_at_batch']} ({format_bytes(out['kv_cache_read_per_sequence'])} a sequence)")
     return 0
+
+
+def _communication(result: dict) -> list[str]:
+    """The devices, each collective beside the kernels, the stages and the bubble."""
+    if result.get("devices", 1) <= 1:
+        return []
+    p = result["parallel"]
+    g = result["global_step"]
+    out = [f"devices: {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, ep {p['ep']}, zero "
+           f"{p['zero']}); the slowest stage's device is shown; {g['tokens_per_second']:.4g} tokens/s in all, "
+           f"{g['tokens_per_second_per_device']:.4g} per device",
+           f"{'communication':<44} {'kind':>14} {'group':>6} {'count':>6} {'bytes':>10} {'time':>10} {'exposed':>10}"]
+    for c in result["communication"]:
+        out.append(f"{c['name'][:44]:<44} {c['kind']:>14} {c['group']:>6} {c['count']:>6} "
+                   f"{format_bytes(c['bytes']):>10} {format_time(c['seconds']):>10} {format_time(c['exposed']):>10}")
+    tbc = result["time_by_component"]
+    out.append(f"interconnect {format_time(tbc['interconnect'])} exposed, {format_bytes(result['interconnect_bytes'])} "
+               f"sent; bubble {format_time(tbc['bubble'])} ((p-1)/(m+p-1) = {result['bubble_fraction']:.3f})")
+    for st in result["stages"]:
+        out.append(f"stage {st['stage']} (x{st['count']}): {format_time(st['slot_seconds'])} a micro-batch, peak "
+                   f"{format_bytes(st['ledger']['peak'])}" + ("" if st["fits"] else " (DOES NOT FIT)"))
+    return out
 
 
 def _pct(part: float, whole: float) -> str:
@@ -253,6 +293,7 @@ def render(result: dict) -> str:
         + f" of {format_bytes(result['capacity']['memory'])}"
         + ("" if result["capacity"]["fits"] else "  (DOES NOT FIT)")
     )
+    lines.extend(_communication(result))
     d = result.get("dispatch") or {}
     if d.get("host_seconds"):
         lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "

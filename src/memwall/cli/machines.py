@@ -180,9 +180,26 @@ def _memory_lines(m: profiles.Machine) -> list[str]:
     out += [f"  {k} = " + _figure_text(m, f"timing.{k}", repr(v)) for k, v in m.timing.params.items()]
     out.append(f"schedule {m.schedule.family}")
     out += [f"  {k} = " + _figure_text(m, f"schedule.{k}", repr(v)) for k, v in m.schedule.params.items()]
+    out += _interconnect_lines(m)
     if m.sources:
         out.append("sources")
         out += [f"  {key}: {citation}" for key, citation in m.sources.items()]
+    return out
+
+
+def _interconnect_lines(m: profiles.Machine) -> list[str]:
+    """The links between devices, each figure with its provenance (none: one device only)."""
+    ic = m.interconnect
+    if ic is None:
+        return []
+    out = ["interconnect",
+           "  devices_per_node " + _figure_text(m, "interconnect.devices_per_node", str(ic.devices_per_node))]
+    for name, link in (("node", ic.node), ("cluster", ic.cluster)):
+        if link is not None:
+            out.append(f"  {name:7} bandwidth " + _figure_text(m, f"interconnect.{name}.bandwidth",
+                                                          format_byte_rate(link.bandwidth) + " per direction"))
+            out.append(f"  {name:7} latency   " + _figure_text(m, f"interconnect.{name}.latency",
+                                                          format_time(link.latency)))
     return out
 
 

@@ -3,7 +3,8 @@
 With no --machines/--networks/--batches/--checkpoint it runs the default study (see
 :func:`memwall.experiments.sweep.study`); with any of them, the product of the given
 axes (unset axes: every machine, the classic networks, batch 1, no checkpointing).
---accumulate and --fusion multiply any set of cases by every value they list.
+--accumulate and --fusion multiply any set of cases by every value they list, and so do
+the case options (--optimizer ... --dp --tp --pp --ep --zero): every combination runs.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       ("--weights", "int8 | int4 | fp8 weight-only quantization"),
                       ("--kv-dtype", "the KV cache's type")):
         p.add_argument(opt, nargs="+", metavar="V", help=f"{what}: set on every case (a list: once for each)")
+    from .inspect import PARALLEL_OPTIONS
+
+    for name, what in PARALLEL_OPTIONS:  # every combination of the lists runs
+        p.add_argument(f"--{name}", nargs="+", metavar="N", help=f"{what}: a list runs every case once for each")
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")
@@ -134,8 +139,9 @@ def _ints(values: list[str] | None, field: str) -> list[int] | None:
 
 
 # sweep options that set a case field on every case; a comma list runs each case once a value
-_INT_OPTIONS = ("seq_len", "context")
-CASE_OPTIONS = ("updates", "phase", "optimizer", "dtype", "seq_len", "context", "weights", "kv_dtype")
+_INT_OPTIONS = ("seq_len", "context", "dp", "tp", "pp", "ep", "zero")
+CASE_OPTIONS = ("updates", "phase", "optimizer", "dtype", "seq_len", "context", "weights", "kv_dtype",
+                "dp", "tp", "pp", "ep", "zero")
 
 
 def _expand(cases: list, args: argparse.Namespace) -> list:

@@ -72,7 +72,7 @@ CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
 # Keys that describe a training step, not a single product.
 _STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion", "context",
-              "weights", "kv_dtype")
+              "weights", "kv_dtype", "dp", "tp", "pp", "ep", "zero")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -102,7 +102,9 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("id", "text", "unique id across all measurement files (letters, digits, '.', '_', '-')", required=True,
           parse=_ident),
     Field("machine", "text", "machine profile id (memwall machines list)", required=True),
-    Field("network", "text", "network preset id (memwall networks list); or give 'gemm'"),
+    Field("network", "text", "network preset id (memwall networks list), or a path, relative to this file, to a "
+          "network TOML in the `networks/` folder beside the measurement files (it must stay inside the "
+          "measurement folder); or give 'gemm'"),
     Field("batch", "int", "examples (sequences) per step; needed with 'network'; 1 for per-example updates",
           minimum=1),
     Field("updates", "word", "how often the weights change", choices=UPDATES, default="minibatch"),
@@ -138,6 +140,11 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("notes", "text", "what was measured, what is uncertain, any derivation", required=True),
     Field("dispatch", "word", "how the measured run issued its kernels (default: the machine profile's own)",
           choices=DISPATCH_MODES),
+    Field("dp", "int", "data-parallel replicas; 'batch' stays one replica's micro-batch", minimum=1, default=1),
+    Field("tp", "int", "tensor-parallel devices per replica", minimum=1, default=1),
+    Field("pp", "int", "pipeline stages (1F1B over 'accumulate' micro-batches)", minimum=1, default=1),
+    Field("ep", "int", "expert-parallel group, drawn from the dp replicas", minimum=1, default=1),
+    Field("zero", "int", "ZeRO stage (0-3)", minimum=0, maximum=3, default=0),
     Field("explanation", "text", "why memwall's prediction misses this case, where it does (the model's missing "
           "effect, a counting difference)"),
 ), label="id")
@@ -178,6 +185,12 @@ class Measurement:
     year: int | None = None
     explanation: str | None = None
     dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    zero: int = 0
+    network_file: str | None = None  # 'network' given as a path: the file it names, resolved
     file: str | None = None  # where it was read from
     line: int | None = None  # the line of its id in that file
 
@@ -207,7 +220,9 @@ class Measurement:
             parts.append(f"accumulate={self.accumulate}")
         if self.fusion != "none":
             parts.append(f"fusion={self.fusion}")
-        return " ".join(parts)
+        devices = [f"{k}={getattr(self, k)}" for k in ("dp", "tp", "pp", "ep", "zero")
+                   if getattr(self, k) != (0 if k == "zero" else 1)]
+        return " ".join(parts + devices)
 
 
 def _measured(raw: Any, metric: str) -> float:
@@ -321,6 +336,32 @@ def _check_workload(raw: dict[str, Any], values: dict[str, Any], problems: Probl
         _check_step(raw, values, add)
 
 
+def is_network_path(value: str) -> bool:
+    """Whether a measurement's ``network`` names a file rather than a preset id."""
+    return "/" in value or "\\" in value or value.endswith(".toml")
+
+
+def resolve_network(value: str, file: str | Path | None) -> str:
+    """A ``network`` path, relative to the measurement file, as an absolute path inside the
+    measurement folder tree (the file's own folder and its subfolders); an id unchanged."""
+    if not is_network_path(value):
+        return value
+    if file is None:
+        raise InputError(f"network {value!r} is a path, but the measurement was not read from a file",
+                         field="network")
+    rel = Path(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise InputError(f"network {value!r} must be a path inside the measurement folder, relative to this file "
+                         "(no absolute path, no '..')", file=str(file), field="network")
+    root = Path(file).resolve().parent
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root):  # a link out of the folder
+        raise InputError(f"network {value!r} leads outside the measurement folder", file=str(file), field="network")
+    if not path.is_file():
+        raise InputError(f"network {value!r}: no such file beside the measurements", file=str(file), field="network")
+    return str(path)
+
+
 def _measurements(raw: list[Any], values: list[dict[str, Any]], problems: Problems) -> list[Measurement]:
     """The measurements of a file's checked tables; none if any problem was found."""
     seen: dict[str, int] = {}
@@ -328,6 +369,11 @@ def _measurements(raw: list[Any], values: list[dict[str, Any]], problems: Proble
         ident = checked.get("id")
         where = f"measurement[{ident}]" if ident else f"measurement[{index}]"
         _check_workload(table, checked, problems, where)
+        if isinstance(checked.get("network"), str) and is_network_path(checked["network"]):
+            try:
+                checked["network_file"] = resolve_network(checked["network"], problems.file)
+            except InputError as err:
+                problems.add(err.reason, f"{where}.network")
         if ident in seen:
             problems.add(f"duplicate id {ident!r} (also measurement {seen[ident]} of this file)", f"{where}.id")
         seen.setdefault(ident, index)

@@ -405,6 +405,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "accumulate": case.accumulate, "fusion": case.fusion,
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
+    if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns
+        row.update({k: getattr(case, k) for k in ("dp", "tp", "pp", "ep", "zero")}, devices=case.parallel.devices)
     if error or result is None:
         return row
     # result is memwall.simulate.result_dict's: every key below is always there.
@@ -441,6 +443,12 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })
+    if result.get("devices", 1) > 1:
+        seconds = float(result["seconds"])
+        parts = result["time_by_component"]
+        row.update(interconnect_fraction=_share(parts.get("interconnect", 0.0), seconds),
+                   bubble_fraction=_share(parts.get("bubble", 0.0), seconds),
+                   interconnect_bytes=float(result["interconnect_bytes"]))
     serving = result.get("serving")
     if serving:  # decode and prefill rows only, so other tables keep their columns
         row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "tokens_per_second",
@@ -464,7 +472,8 @@ def row_order(row: Mapping[str, Any]) -> tuple:
     return (row["year"], s(row["machine"]).split("@")[0], row.get("bandwidth") or 0.0, s(row["machine"]),
             s(row["network"]), s(row["phase"]), s(row["updates"]), s(row["checkpoint"]),
             s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"],
-            row.get("accumulate") or 1, s(row.get("fusion")))
+            row.get("accumulate") or 1, s(row.get("fusion")),
+            tuple(row.get(k) or (0 if k == "zero" else 1) for k in ("dp", "tp", "pp", "ep", "zero")))
 
 
 # --------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..simulate import Case
-from .measurements import Measurement
+from .measurements import Measurement, is_network_path
 
 Predictor = Callable[[Case], Mapping[str, Any]]
 
@@ -93,7 +93,7 @@ def case_for(m: Measurement) -> Case:
         return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch)
     return Case(
         machine=m.machine,
-        network=m.network,
+        network=m.network_file or m.network,
         batch=m.batch,
         checkpoint=m.checkpoint,
         updates=m.updates,
@@ -107,6 +107,7 @@ def case_for(m: Measurement) -> Case:
         context=m.context,
         weights=m.weights,
         kv_dtype=m.kv_dtype,
+        dp=m.dp, tp=m.tp, pp=m.pp, ep=m.ep, zero=m.zero,
     )
 
 
@@ -181,7 +182,8 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
         status, error, prediction = "ok", None, None
         if machines is not None and m.machine not in machines and not m.machine.endswith(".toml"):
             status, error = "unknown machine", f"no machine profile {m.machine!r}"
-        elif networks is not None and m.network is not None and m.network not in networks:
+        elif networks is not None and m.network is not None and m.network not in networks \
+                and not is_network_path(m.network):
             status, error = "unknown network", f"no network preset {m.network!r}"
         else:
             try:

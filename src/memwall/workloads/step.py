@@ -141,14 +141,17 @@ def _batch(config: TrainingConfig) -> tuple[int, int]:
     return (1, config.batch) if per_example else (config.batch, 1)
 
 
-def declare(network: Network, config: TrainingConfig) -> Graph:
-    """The declared step, checkpointing applied: kernels over named tensors, no addresses."""
+def declare(network: Network, config: TrainingConfig, *, embed: bool = True, head: bool = True) -> Graph:
+    """The declared step, checkpointing applied: kernels over named tensors, no addresses.
+
+    ``embed`` / ``head`` false: a pipeline stage without the embedding / the head
+    (:mod:`memwall.workloads.parallel`)."""
     batch, _ = _batch(config)
     g = Graph(config.dtype, config.gradient_dtype if config.training else None)
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
-                            weights=config.weights, kv_dtype=config.kv_dtype)
+                            weights=config.weights, kv_dtype=config.kv_dtype, embed=embed, head=head)
     else:
         if config.serving:
             raise InputError(f"{network.id} is not a sequence model: it has no KV cache to {config.phase}",
@@ -177,10 +180,12 @@ def _collapse(network: Network, kernels: list[Kernel]) -> list[Kernel]:
             if k.layer < 0 or k.layer == firsts[k.group]]
 
 
-def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool = False) -> Step:
-    """The step of ``config`` on ``network`` (kernels, FLOPs, capacity ledger)."""
+def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool = False, embed: bool = True,
+               head: bool = True) -> Step:
+    """The step of ``config`` on ``network`` (kernels, FLOPs, capacity ledger); ``embed`` and
+    ``head`` as :func:`declare`'s."""
     _, iterations = _batch(config)
-    kernels, layout = derive(declare(network, config))
+    kernels, layout = derive(declare(network, config, embed=embed, head=head))
     if network.is_sequence and not expand_repeats:
         kernels = _collapse(network, kernels)
     return Step(network, config, kernels, layout.ledger, iterations, config.batch, network.connections,

@@ -9,6 +9,12 @@ is a product with the vocabulary (tied to the embedding or its own); BERT adds a
 embedding norm and a pooler, which a language-model loss does not train (no update).
 Saved activations of a GPT-style block (materialised attention, dropout, 4h GeLU MLP)
 come out as exactly Korthikanti's 34sbh + 5as^2b bytes in 16-bit.
+
+A pipeline stage (``embed`` / ``head`` false, :mod:`memwall.workloads.parallel`) declares
+only its blocks: without the embedding its input is the activation received from the
+stage before (class ``input``), without the head its backward starts from the gradient
+received from the stage after. A last stage with tied embeddings keeps its own copy of
+the table for the head, as Megatron-LM does.
 """
 
 from __future__ import annotations
@@ -178,22 +184,29 @@ class _Outside:
     pooler: tuple[Param, Param] | None = None
 
 
-def _params(g: Graph, md: _Model) -> tuple[_Outside, list[tuple[str, dict[str, Param | None]]]]:
+def _params(g: Graph, md: _Model, embed: bool = True,
+            head: bool = True) -> tuple[_Outside | None, list[tuple[str, dict[str, Param | None]]]]:
     net, h = md.net, md.net.d_model
 
     def p(name: str, values: int, update: bool = True) -> Param:
         return g.param(name, values, training=md.training, optimizer=md.optimizer, update=update)
 
-    o = _Outside(p("embed.tokens", net.vocab * h), p("embed.positions", net.max_positions * h) if net.max_positions
-                 else None, p("embed.types", net.token_types * h) if net.token_types else None,
-                 p("embed.norm", net.norm_values()) if net.embedding_norm else None)
+    o = None
+    if embed:
+        o = _Outside(p("embed.tokens", net.vocab * h), p("embed.positions", net.max_positions * h)
+                     if net.max_positions else None, p("embed.types", net.token_types * h) if net.token_types
+                     else None, p("embed.norm", net.norm_values()) if net.embedding_norm else None)
     blocks = []
     for kind, count in net.layer_kinds():
         for _ in range(count):
             with g.at(len(blocks), kind):
                 blocks.append((kind, _block_params(g, md, kind)))
+    if not head:
+        return o, blocks
+    if o is None:  # a last pipeline stage: the head's own table (a copy of a tied embedding)
+        o = _Outside(p("head", net.vocab * h), None, None, None)
     o.fnorm = p("final.norm", net.norm_values()) if not net.embedding_norm else None
-    o.head = o.emb if net.tied_embeddings else p("head", net.vocab * h)
+    o.head = o.emb if net.tied_embeddings or not embed else p("head", net.vocab * h)
     if net.pooler:  # the pooler gets no gradient from a language-model loss: it is not updated here
         o.pooler = (p("pooler", h * h, update=False), p("pooler.b", h, update=False))
     return o, blocks
@@ -214,6 +227,8 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
         g.ew("pooler.tanh", "forward", (pooled, b.w), (pooled,), md.batch * h, {"add": 1, "tanh": 1}, rows=md.batch,
              broadcast=(b.w,), role="activation")
     if md.training:
+        if md.targets is None:  # a last pipeline stage reads the targets itself
+            md.targets = g.tensor("targets", md.tok, 4, cls="input", whole_step=True)
         g.ew("loss.softmax+grad", "backward", (logits, md.targets), (logits,), md.tok * net.vocab,
              plus(SOFTMAX_FWD, {"add": 1}), rows=md.tok, op="softmax", role="loss")
         dnf = linear_bwd(r, "head", nf, logits, o.head, None, h, net.vocab)
@@ -223,11 +238,12 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
 
 def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str,
                         phase: str = "train", context: int = 0, weights: str | None = None,
-                        kv_dtype: str | None = None) -> None:
+                        kv_dtype: str | None = None, embed: bool = True, head: bool = True) -> None:
     """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``.
 
     ``phase`` decode: ``seq`` is 1, the new token, against ``context`` cached tokens;
     prefill: ``seq`` = ``context``, the prompt, whose keys and values fill the cache.
+    ``embed`` / ``head`` false: a pipeline stage without the embedding / the head.
     """
     reach = context + 1 if phase == "decode" else seq
     if reach > (net.max_positions or reach):
@@ -235,20 +251,30 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
         raise InputError(f"{what} {reach} exceeds the {net.max_positions} learned positions",
                          field="context" if phase in ("decode", "prefill") else "seq_len")
     md = _Model(net, batch, seq, training, optimizer, phase=phase, context=context, weights=weights, kv_dtype=kv_dtype)
-    o, blocks = _params(g, md)
-    x0 = x = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
+    o, blocks = _params(g, md, embed, head)
+    if embed:
+        assert o is not None
+        x0 = x = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
+    else:  # the activation the stage before sends
+        x0 = x = g.tensor("stage.in", md.tok * net.d_model, cls="input", whole_step=True)
     saved = []
     for i, (kind, p) in enumerate(blocks):
         with g.at(i, kind, i):
             x, sv = _block(g, md, kind, x, p)
         g.blocks.append(x)
         saved.append(sv)
-    dx = _head(g, md, o, x)
+    if head:
+        assert o is not None
+        dx = _head(g, md, o, x)
+    elif training:  # the gradient the stage after sends back
+        dx = g.tensor("stage.dout", md.tok * net.d_model, cls="input", whole_step=True)
     if not training:
         return
     for i in reversed(range(len(blocks))):
         kind, p = blocks[i]
         with g.at(i, kind, i):
             dx = _block_bwd(g, md, kind, saved[i], p, dx)
-    _embed_bwd(g, md, x0, dx, o.emb, o.pos, o.enorm)
+    if embed:
+        assert o is not None
+        _embed_bwd(g, md, x0, dx, o.emb, o.pos, o.enorm)
     g.updates(optimizer)
