@@ -192,3 +192,23 @@ def test_memwall_step_json(capsys):
     assert main(["step", "--network", "nettalk", "--checkpoint", "every:x"]) == 2
     assert main(["networks", "show", "deepseek-v3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["active_parameters"] > 37e9
+
+
+def test_attention_kernels_are_a_case_option(capsys):
+    """--attention flash on a preset that materialises its scores: fewer bytes and a smaller
+    peak, and the result says which kernels ran; a chain has no attention to choose."""
+    import json
+
+    from memwall.cli import main
+    from memwall.errors import InputError
+    from memwall.simulate import Case, build_case_step
+
+    base = build_case_step(Case("h100-sxm", "gpt2-small", 4))
+    flash = build_case_step(Case("h100-sxm", "gpt2-small", 4, attention="flash"))
+    assert base.network.attention == "materialized" and flash.network.attention == "flash"
+    assert flash.ledger.peak < base.ledger.peak
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--seq-len", "64",
+                 "--attention", "flash", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["attention"] == "flash"
+    with pytest.raises(InputError, match="no attention"):
+        build_case_step(Case("h100-sxm", "nettalk", attention="flash"))

@@ -29,6 +29,7 @@ multiply-adds and are left out).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 
 from .errors import InputError
 from .schema import Field, Problems, Table, read_toml, walk
+from .vocabulary import ATTENTIONS, check_word
 
 KINDS = ("mlp", "conv", "transformer", "moe-transformer")
 DTYPES = ("fp32", "bf16")
@@ -401,7 +403,7 @@ TRANSFORMER = Table("[transformer]", (
     Field("mlp", "word", "the MLP's form", choices=("gelu", "swiglu"), default="gelu"),
     Field("norm", "word", "the normalisation", choices=("layernorm", "rmsnorm"), default="layernorm"),
     Field("attention", "word", "materialized (scores kept) or flash (fused, scores recomputed)",
-          choices=("materialized", "flash"), default="materialized"),
+          choices=ATTENTIONS, default="materialized"),
     Field("dropout", "bool", "whether dropout masks are kept", default=False),
     Field("causal", "bool", "causal attention", default=True),
     Field("tied_embeddings", "bool", "the LM head shares the embedding matrix", default=False),
@@ -631,3 +633,14 @@ __all__ = [
     "network_ids",
     "validate_paths",
 ]
+
+
+def with_attention(network: Network, attention: str | None) -> Network:
+    """``network`` with its attention kernels materialised or fused (flash), as a case or
+    ``--attention`` asks; unchanged when ``attention`` is None or already the network's."""
+    if attention is None or attention == network.attention:
+        return network
+    check_word(attention, ATTENTIONS, "attention")
+    if not network.is_sequence:
+        raise InputError(f"network {network.id!r} has no attention to choose kernels for", field="attention")
+    return dataclasses.replace(network, attention=attention)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
 from .interconnect import bubble_fraction
-from .networks import Network, load_network
+from .networks import Network, load_network, with_attention
 from .profiles import Machine, load_machine
 from .seed import seed_for
 from .streams import LoopNest
@@ -76,13 +76,14 @@ class Case:
     pp: int = 1  # pipeline stages
     ep: int = 1  # expert-parallel group (drawn from the dp replicas)
     zero: int = 0  # ZeRO stage 0-3
+    attention: str | None = None  # materialized | flash; None: the network's own
 
     def __post_init__(self) -> None:
         Parallel(self.dp, self.tp, self.pp, self.ep, self.zero)  # refuses bad device counts before any work
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        for k in SERVING_OPTIONS:  # absent unless given, so other cases keep their keys
+        for k in (*SERVING_OPTIONS, "attention"):  # absent unless given, so other cases keep their keys
             if d[k] is None:
                 del d[k]
         for k, default in PARALLEL_DEFAULTS.items():  # likewise the devices, unless more than one
@@ -126,8 +127,13 @@ def build_case_step(case: Case) -> Step:
     if case.gemm is not None:
         m, n, k = case.gemm
         return gemm_step(m, n, k, case.dtype or "fp32")
-    network = load_network(case.network)
+    network = case_network(case)
     return build_step(network, case_config(case, network))
+
+
+def case_network(case: Case) -> Network:
+    """The network a case runs: its preset, with the case's attention kernels if it names them."""
+    return with_attention(load_network(case.network), case.attention)
 
 
 def case_config(case: Case, network: Network) -> TrainingConfig:
@@ -586,6 +592,7 @@ def _per_step(case: Case, step: Step, timing: StepTiming) -> dict:
     return {
         "accumulate": k,
         "fusion": step.config.fusion,
+        "attention": step.network.attention if step.network.is_sequence else None,
         "grad_dtype": step.config.gradient_dtype if step.config.training else None,
         "model_flops": model_flops,
         "mfu": model_flops / seconds / timing.peak if seconds > 0 else 0.0,
@@ -728,7 +735,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         raise InputError(f"machine {machine.id!r} has no [interconnect] table: a {par.devices}-device step "
                          f"(dp {par.dp}, tp {par.tp}, pp {par.pp}) needs its links; run it on one device, or add "
                          "the table (era_data/README.md)", file=str(machine.path or machine.id), field="interconnect")
-    network = load_network(case.network)
+    network = case_network(case)
     config = case_config(case, network)
     if par.dp > 1 and not config.training and par.zero:
         raise InputError("ZeRO shards training state: it needs phase train", field="zero")

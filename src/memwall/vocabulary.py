@@ -28,6 +28,9 @@ DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 # their input, as cuBLASLt epilogues do); full (also dropout + residual + norm in one
 # kernel and the optimizer as one multi-tensor kernel per layer: Megatron-LM, apex).
 FUSIONS: tuple[str, ...] = ("none", "epilogue", "full")
+# Attention kernels: the scores materialised in memory (and kept for the backward), or
+# one fused kernel that keeps them on chip and recomputes them (FlashAttention).
+ATTENTIONS: tuple[str, ...] = ("materialized", "flash")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 # Storage widths in bits, for the types narrower than a byte (int4 packs two a byte).
 DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int4": 4}

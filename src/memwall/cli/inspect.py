@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         context=args.context,
         weights=args.weights,
         kv_dtype=args.kv_dtype,
-        dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, zero=args.zero,
+        dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, zero=args.zero, attention=args.attention,
     )
     if args.crossover:
         return _crossover(case, args)

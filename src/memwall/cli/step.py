@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..networks import load_network
+from ..networks import load_network, with_attention
 from ..units import format_bytes
 from ..vocabulary import (
+    ATTENTIONS,
     CHECKPOINT_SYNTAX,
     FUSIONS,
     INFERENCE_DTYPES,
@@ -58,10 +59,13 @@ def add_training_arguments(p: Any) -> None:
     p.add_argument("--fusion", default="none", choices=FUSIONS,
                    help="none (default), epilogue (bias and activation in the product), full (also dropout + "
                         "residual + norm, and a multi-tensor optimizer)")
+    p.add_argument("--attention", default=None, choices=ATTENTIONS,
+                   help="materialized (the scores in memory, kept for the backward) or flash (one fused kernel, "
+                        "scores recomputed); default: the network's own")
 
 
 def step_from_args(args: Any) -> Step:
-    net = load_network(args.network)
+    net = with_attention(load_network(args.network), args.attention)
     cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
                          dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
                          phase=args.phase, accumulate=args.accumulate, grad_dtype=args.grad_dtype,

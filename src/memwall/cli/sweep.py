@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for opt, what in (("--optimizer", "sgd | momentum | adam"), ("--dtype", "the compute dtype"),
                       ("--seq-len", "tokens per sequence"), ("--context", "decode, prefill: tokens in the KV cache"),
                       ("--weights", "int8 | int4 | fp8 weight-only quantization"),
-                      ("--kv-dtype", "the KV cache's type")):
+                      ("--kv-dtype", "the KV cache's type"),
+                      ("--attention", "materialized | flash attention kernels (default: each network's own)")):
         p.add_argument(opt, nargs="+", metavar="V", help=f"{what}: set on every case (a list: once for each)")
     from .inspect import PARALLEL_OPTIONS
 
@@ -141,7 +142,7 @@ def _ints(values: list[str] | None, field: str) -> list[int] | None:
 # sweep options that set a case field on every case; a comma list runs each case once a value
 _INT_OPTIONS = ("seq_len", "context", "dp", "tp", "pp", "ep", "zero")
 CASE_OPTIONS = ("updates", "phase", "optimizer", "dtype", "seq_len", "context", "weights", "kv_dtype",
-                "dp", "tp", "pp", "ep", "zero")
+                "attention", "dp", "tp", "pp", "ep", "zero")
 
 
 def _expand(cases: list, args: argparse.Namespace) -> list:

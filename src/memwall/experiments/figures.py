@@ -25,7 +25,7 @@ Row = Mapping[str, Any]
 
 # Gholami et al., "AI and Memory Wall", IEEE Micro 44(3), 2024: over the last two decades
 # server peak FLOP/s grew 3.0x and DRAM bandwidth 1.6x every two years.
-GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
+GHOLAMI = {"peak": 3.0, "bandwidth": 1.6, "interconnect": 1.4}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
@@ -116,9 +116,25 @@ def machine_table() -> list[dict[str, Any]]:
     for m in all_machines():
         peak = m.peak_flops[m.primary_dtype]
         bw = m.memory.bandwidth
+        link = m.interconnect.node.bandwidth if m.interconnect is not None else None
         out.append({"id": m.id, "name": m.name, "year": m.year, "kind": m.kind,
-                    "dtype": m.primary_dtype, "peak": peak, "bandwidth": bw, "balance": peak / bw})
+                    "dtype": m.primary_dtype, "peak": peak, "bandwidth": bw, "balance": peak / bw,
+                    "link": link})
     return sorted(out, key=lambda r: (r["year"], r["id"]))
+
+
+def link_fit(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Growth per two years of the per-device link bandwidth within a node (one direction,
+    the profiles' [interconnect.node]) over the machines that state one, beside their peak
+    and memory bandwidth over the same machines (Gholami et al.'s third trend)."""
+    sub = [r for r in table if r.get("link")]
+    years = [r["year"] for r in sub]
+    if len(set(years)) < 2:
+        return None
+    return {"machines": len(sub), "first_year": min(years), "last_year": max(years),
+            "link_growth": growth_per_two_years(years, [r["link"] for r in sub]),
+            "peak_growth": growth_per_two_years(years, [r["peak"] for r in sub]),
+            "bandwidth_growth": growth_per_two_years(years, [r["bandwidth"] for r in sub])}
 
 
 def growth_per_two_years(years: Sequence[float], values: Sequence[float]) -> float:
@@ -180,10 +196,19 @@ def fig_balance_drift(table: Sequence[Mapping[str, Any]]):
             xs = np.linspace(min(yrs), max(yrs), 20)
             left.plot(xs, 10 ** np.polyval(coef, xs), color=colour, lw=1, ls=styles[fit],
                       label=f"{label}, {fit}: ×{fits[fit][key + '_growth']:.2f}/2 yr")
+    links = link_fit(table)
+    if links:
+        sub = [r for r in table if r.get("link")]
+        yrs, ys = [r["year"] for r in sub], [r["link"] for r in sub]
+        left.scatter(yrs, ys, color="#55a868", marker="D", s=20, zorder=3, label="link B/s per device (node, one way)")
+        coef = np.polyfit(yrs, np.log10(ys), 1)
+        xs = np.linspace(min(yrs), max(yrs), 20)
+        left.plot(xs, 10 ** np.polyval(coef, xs), color="#55a868", lw=1,
+                  label=f"links: ×{links['link_growth']:.2f}/2 yr (Gholami ×{GHOLAMI['interconnect']:.1f})")
     left.set_yscale("log")
     left.set_xlabel("year of introduction")
-    left.set_ylabel("peak FLOP/s (FLOP/s)  ·  memory bandwidth (B/s)")
-    left.set_title("Peak arithmetic and memory bandwidth, fitted by era")
+    left.set_ylabel("peak FLOP/s (FLOP/s)  ·  memory and link bandwidth (B/s)")
+    left.set_title("Peak arithmetic, memory and link bandwidth, fitted by era")
     left.legend(fontsize=6, loc="upper left", ncol=1)
     for kind in sorted({r["kind"] for r in table}):
         sub = [r for r in table if r["kind"] == kind]
@@ -204,7 +229,10 @@ def fig_balance_drift(table: Sequence[Mapping[str, Any]]):
     _finish(fig, "Peak at each machine's primary dtype over main-memory bandwidth, from era_data/machines. Growth: "
             "least-squares fit of log10 value against year, per fit: " + "; ".join(
                 f"{f['fit']} = {f['label']} ({f['machines']} machines, {f['first_year']}–{f['last_year']})"
-                for f in fits.values()) + f". Beside {GHOLAMI_REF} (3.0× and 1.6× per 2 years).")
+                for f in fits.values()) + f". Beside {GHOLAMI_REF} (3.0× and 1.6× per 2 years, and 1.4× for "
+            "interconnect). Links: the per-device bandwidth within a node, one direction, of the profiles that "
+            "state an [interconnect]" + (f" ({links['machines']} machines, {links['first_year']}–{links['last_year']})"
+                                         if links else "") + ".")
     return fig
 
 
@@ -1262,7 +1290,9 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     tables: dict[str, tuple[Callable[[], Any] | None, Callable[[], dict[str, Any]], Callable[[Any], Any]]] = {
         # name: (inputs that make the data reusable or None, the data, its drawing)
         "balance_drift": (None, lambda: {"machines": list(machines if machines is not None else machine_table()),
-                                         "fits": drift_fits(machines if machines is not None else machine_table())},
+                                         "fits": drift_fits(machines if machines is not None else machine_table()),
+                                         "links": [f for f in [link_fit(machines if machines is not None
+                                                                        else machine_table())] if f]},
                           lambda d: fig_balance_drift(d["machines"])),
         "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
         "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},

@@ -302,6 +302,12 @@ def prose(data: Mapping[str, Any]) -> dict[str, str]:
         out["balance_drift"] = ("Growth per two years, each number from the fit named: " + "; ".join(bits)
                                 + f". Gholami et al. give ×{fg.GHOLAMI['peak']:.1f} and ×{fg.GHOLAMI['bandwidth']:.1f} "
                                 "(balance ×1.88) for server hardware of the last two decades.")
+        for link in (F.get("balance_drift") or {}).get("links", []):
+            out["balance_drift"] += (f" Per-device link bandwidth within a node grows ×{link['link_growth']:.2f} per "
+                                     f"two years over the {link['machines']} profiles that state links "
+                                     f"({link['first_year']}–{link['last_year']}; their peak ×{link['peak_growth']:.2f}, "
+                                     f"memory ×{link['bandwidth_growth']:.2f}), against Gholami et al.'s "
+                                     f"×{fg.GHOLAMI['interconnect']:.1f}: the third wall.")
     flip = (F.get("regime_flip") or {}).get("rows", [])
     if flip:
         key = "memory_ratio" if any(r.get("memory_ratio") is not None for r in flip) else "stall_fraction"

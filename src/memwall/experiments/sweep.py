@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import ENGINE_RATE, Case, duration
-from ..vocabulary import FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
+from ..vocabulary import ATTENTIONS, FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
 from .store import ReplayStore, Store, atomic_write, dumps, write_tables
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ COLUMNS = (
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
+    "accumulate", "fusion", "attention", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
     "seed_fraction_of_peak", "a", "d_min",
 )
 # Case fields added after results were first stored: left out of a case's key at their
@@ -353,6 +353,8 @@ def validate(cases: Sequence[Case]) -> None:
         if isinstance(case.accumulate, bool) or not isinstance(case.accumulate, int) or case.accumulate < 1:
             raise InputError(f"accumulate must be a whole number >= 1, got {case.accumulate!r}", field="accumulate")
         check_word(case.fusion, FUSIONS, "fusion")
+        if case.attention is not None:
+            check_word(case.attention, ATTENTIONS, "attention")
         if case.phase not in PHASES:
             raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
         _check_options(case)
@@ -402,7 +404,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
-        "accumulate": case.accumulate, "fusion": case.fusion,
+        "accumulate": case.accumulate, "fusion": case.fusion, "attention": case.attention,
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns

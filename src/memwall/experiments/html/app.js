@@ -55,7 +55,22 @@
         x: xs, y: xs.map(function (x) { return Math.pow(10, ml + Math.log10(f.balance_growth) * (x - my) / 2); }),
         line: {dash: ["dot", "dash", "solid", "dashdot"][k % 4], color: "#444"}, hoverinfo: "name"});
     });
-    plot("plot-balance_drift", traces, {xaxis: ax("year of introduction"), yaxis: ax("machine balance (FLOP per byte of main memory)", true)});
+    var linked = t.filter(function (r) { return r.link; });
+    if (linked.length) traces.push({type: "scatter", mode: "markers", name: "link B/s per device ÷ 1e9 (node, one way; right axis)",
+      x: linked.map(function (r) { return r.year; }), y: linked.map(function (r) { return r.link / 1e9; }), yaxis: "y2",
+      marker: {symbol: "diamond", size: 7, color: "#55a868"},
+      customdata: linked.map(function (r) { return [r.name, r.year, fmt(r.link)]; }),
+      hovertemplate: hover([["machine", 0], ["year", 1], ["link B/s per device, one way", 2]])});
+    ((F.balance_drift || {}).links || []).forEach(function (f) {
+      traces.push({type: "scatter", mode: "lines", name: "links: ×" + fmt(f.link_growth) + "/2 yr (Gholami ×1.4)", x: [f.first_year, f.last_year],
+        y: [f.first_year, f.last_year].map(function (x) {
+          var my = linked.reduce(function (a, r) { return a + r.year; }, 0) / linked.length;
+          var ml = linked.reduce(function (a, r) { return a + Math.log10(r.link / 1e9); }, 0) / linked.length;
+          return Math.pow(10, ml + Math.log10(f.link_growth) * (x - my) / 2); }),
+        yaxis: "y2", line: {color: "#55a868"}, hoverinfo: "name"});
+    });
+    plot("plot-balance_drift", traces, {xaxis: ax("year of introduction"), yaxis: ax("machine balance (FLOP per byte of main memory)", true),
+      yaxis2: Object.assign(ax("link GB/s per device", true), {overlaying: "y", side: "right"})});
   })();
 
   // 2. regime flip (memory_ratio where the sweep has it) and 6. synthetic balance
