@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +133,14 @@ def _notes(d: Detected) -> str:
         "loads and stores touch (24 B per triad element).",
         "Timing overlapped/max: each measured bandwidth is end to end, so the levels' times are "
         "not added. mlp = memory bandwidth x memory latency / line (Little's law).",
+        *([f"Dispatch eager: every kernel is one NumPy call from Python, issued by the core that then runs "
+           f"it, at the measured {format_time(d.per_call)} per call (a framework that issues several calls "
+           f"for one kernel pays it several times)."] if d.per_call is not None else []),
+        *([f"numpy.matmul runs a K = 1 product (column @ row) in NumPy's own scalar loop, not the BLAS: "
+           f"{d.outer.per_element * 1e9:.3g} ns per output element measured ({format_time(d.outer.k1_seconds)} "
+           f"for {d.outer.m}x{d.outer.n}, against {format_time(d.outer.k2_seconds)} for K = 2 through the BLAS); "
+           "the timing model has no term for a library's routing, so a step with such products runs slower "
+           "than predicted."] if d.outer is not None else []),
     ])
 
 
@@ -157,13 +165,29 @@ def _compute(d: Detected) -> dict[str, Any]:
     out = {}
     for dtype, peak in d.peaks.items():
         median = 2.0 * peak.n**3 / float(np.median(peak.seconds))
+        tried = ", ".join(f"{n}: {format_flop_rate(r)}" for n, r in zip(peak.sizes, peak.rates, strict=True))
         how = (f"best of {len(peak.seconds)} numpy.matmul of two {peak.n}x{peak.n} {dtype} matrices, "
-               f"2n^3 FLOPs, {d.blas.threads} BLAS thread(s); median {format_flop_rate(median)}")
+               f"2n^3 FLOPs, {peak.threads} BLAS thread(s); median {format_flop_rate(median)}; "
+               f"best by order: {tried or peak.n}")
         out[dtype] = _fig(_rate(peak.flops, "FLOP/s"), DETECT_SOURCE, "measured", derivation=how)
     return out
 
 
-def _level(d: Detected, cache: CacheInfo) -> dict[str, Any]:
+def _effective(d: Detected, cache: CacheInfo) -> tuple[CacheInfo, str]:
+    """The level as it behaves: the last level at its measured effective size, where that
+    is below what the OS states; the note says both."""
+    e = d.effective
+    if e is None or cache is not d.caches[-1] or e.size >= cache.size:
+        return cache, ""
+    sets = e.size // (max(cache.ways, 1) * cache.line)
+    note = (f"the OS states {format_bytes(e.stated)}; a one-thread chase finds it behaving as "
+            f"{format_bytes(e.size)} (latency past half-way from {format_time(e.inner)} to memory's "
+            f"{format_time(e.memory)} beyond that: the level is shared with other cores and processes)")
+    return replace(cache, size=e.size, sets=sets), note
+
+
+def _level(d: Detected, stated: CacheInfo) -> dict[str, Any]:
+    cache, effective_note = _effective(d, stated)
     size, ways, geometry_note = level_geometry(cache)
     copy, triad = d.bandwidth[cache.name]
     first = cache is d.caches[0]
@@ -172,13 +196,33 @@ def _level(d: Detected, cache: CacheInfo) -> dict[str, Any]:
     bw_how = (f"triad over {format_bytes(triad.working_set)} in {triad.threads} thread(s), {counted}; "
               f"copy: {format_byte_rate(copy.core if first else copy.traffic)}")
     lat = d.latency[cache.name]
+    size_fig = (_fig(size, "sysfs", "secondary", note=geometry_note) if not effective_note else
+                _fig(size, DETECT_SOURCE, "measured", derivation=effective_note, note=geometry_note))
     return {
-        "name": cache.name, "size": _fig(size, "sysfs", "secondary", note=geometry_note), "line": cache.line,
+        "name": cache.name, "size": size_fig, "line": cache.line,
         "ways": ways, "policy": "lru", "write": "back-allocate", "inclusion": "none", "shared_by": cache.shared_by,
         "latency": _fig(f"{lat.seconds * 1e9:.4g} ns", DETECT_SOURCE, "measured",
                         derivation=f"{_CHASE}, over {format_bytes(lat.working_set)}"),
         "bandwidth": _fig(_rate(triad.core if first else triad.traffic, "B/s"), DETECT_SOURCE, "measured",
                           derivation=bw_how),
+    }
+
+
+def _dispatch(d: Detected) -> dict[str, Any] | None:
+    """[timing.dispatch]: the host issues every kernel itself, one NumPy call each, at the
+    measured per-call cost; there is no device stream to gap (the core that issues computes)."""
+    if d.per_call is None:
+        return None
+    kinds = "; ".join(f"{c.name} {c.seconds * 1e9:.4g} ns" for c in d.calls)
+    return {
+        "default": "eager",
+        "eager": {
+            "host_issue": _fig(f"{d.per_call * 1e9:.4g} ns", DETECT_SOURCE, "measured",
+                               derivation=f"median over kinds of call of the best of {d.calls[0].trials} loops of "
+                                          f"{d.calls[0].calls} one-element NumPy calls each: {kinds}"),
+            "device_gap": _fig("0 s", DETECT_SOURCE, "measured",
+                               derivation="the core that issues a call also runs it: no device stream"),
+        },
     }
 
 
@@ -204,6 +248,7 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
         "timing": {
             "model": "overlapped", "overlap": "max",
             "mlp": _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how), "cores": 1,
+            **({"dispatch": _dispatch(d)} if d.calls else {}),
             "note": "overlap 'max' because each bandwidth was measured end to end; cores = 1 because mlp was "
                     "measured with every BLAS thread at once: it is the chip's already",
         },
@@ -248,7 +293,17 @@ def summary(d: Detected) -> str:
     if d.clock:
         out.append(f"clock {d.clock[0] / 1e6:.6g} MHz ({d.clock[1]})")
     for dtype, p in d.peaks.items():
-        out.append(f"peak {dtype} {format_flop_rate(p.flops)} (matmul {p.n})")
+        out.append(f"peak {dtype} {format_flop_rate(p.flops)} (best at matmul {p.n}, {p.threads} thread(s); "
+                   + ", ".join(f"{n}: {format_flop_rate(r)}" for n, r in zip(p.sizes, p.rates, strict=True)) + ")")
+    if d.per_call is not None:
+        out.append(f"per NumPy call {format_time(d.per_call)} (median; "
+                   + ", ".join(f"{c.name.split('(')[0]} {format_time(c.seconds)}" for c in d.calls) + ")")
+    if d.outer is not None:
+        out.append(f"K=1 matmul (NumPy loop) {d.outer.per_element * 1e9:.3g} ns per output element")
+    if d.effective is not None:
+        out.append(f"{d.effective.level} behaves as {format_bytes(d.effective.size)} of the stated "
+                   f"{format_bytes(d.effective.stated)} (chase: " + ", ".join(
+                       f"{format_bytes(p.working_set)} {p.seconds * 1e9:.3g} ns" for p in d.effective.curve) + ")")
     for cache in d.caches:
         copy, triad = d.bandwidth[cache.name]
         out.append(f"{cache.name}: {format_bytes(cache.size)}, {cache.line} B lines, {cache.ways} ways, "
