@@ -13,6 +13,8 @@ import pytest
 
 from memwall import host, profiles
 from memwall.cli import main
+from memwall.errors import InputError
+from memwall.simulate import Case, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path(host.SYS_CPU, "cpu0", "cache").is_dir(),
@@ -39,6 +41,97 @@ def test_detect_profile_validates(profile: Path) -> None:
         assert level.provenance["bandwidth"].status == "measured"
     raw = json.loads(Path(str(profile) + ".json").read_text())
     assert raw["quick"] is True and raw["latency_curve"]
+
+
+def test_detect_writes_the_per_call_cost_as_eager_dispatch(profile: Path) -> None:
+    """The host is a dispatching machine: its profile says what one NumPy call costs."""
+    m = profiles.load_machine_file(profile)
+    assert m.dispatch is not None and m.dispatch.default == "eager"
+    eager = m.dispatch.mode("eager")
+    raw = json.loads(Path(str(profile) + ".json").read_text())
+    assert eager.host_issue == pytest.approx(raw["per_call"], rel=1e-3) and eager.host_issue > 0
+    assert eager.device_gap == 0.0  # the core that issues also computes
+    for key in ("timing.dispatch.eager.host_issue", "timing.dispatch.eager.device_gap"):
+        assert m.provenance[key].status == "measured", key
+    # the median over the kinds of call measured
+    assert raw["per_call"] == pytest.approx(float(np.median([c["seconds"] for c in raw["calls"]])))
+
+
+def test_prediction_grows_by_kernels_times_host_issue(profile: Path) -> None:
+    """On a host (the core that issues also computes) every kernel run adds host_issue."""
+    case = Case(machine=str(profile), network="nettalk", batch=2, updates="per-example", dtype="fp32")
+    base = profiles.load_machine_file(profile, sets={"timing.dispatch.eager.host_issue": "1 us"})
+    more = profiles.load_machine_file(profile, sets={"timing.dispatch.eager.host_issue": "11 us"})
+    a, b = run_case(case, machine=base), run_case(case, machine=more)
+    n = a["dispatch"]["launches"]
+    assert n == 2 * 17  # NETtalk's 17 kernels, once per example
+    assert a["dispatch"]["synchronous"] is True
+    assert b["seconds"] - a["seconds"] == pytest.approx(n * 10e-6, rel=1e-6)
+    assert a["dispatch"]["host_seconds"] == pytest.approx(n * 1e-6)
+
+
+def test_detect_peak_is_the_best_of_its_largest_products_in_every_thread(profile: Path) -> None:
+    raw = json.loads(Path(str(profile) + ".json").read_text())
+    threads = host.blas_info().threads
+    for dtype, peak in raw["peaks"].items():
+        assert peak["threads"] == threads, dtype
+        assert peak["flops"] == max(peak["rates"]) and peak["n"] in peak["sizes"]
+        assert max(peak["sizes"]) == max(host.PEAK_SIZES["quick"]) or dtype == "fp64"
+    assert tuple(raw["peaks"]["fp32"]["sizes"]) == host.PEAK_SIZES["quick"]
+    assert max(host.PEAK_SIZES["full"]) >= 4096  # a 2048² product is below the rate large steps reach
+
+
+def test_measure_peak_keeps_the_best_order() -> None:
+    p = host.measure_peak("fp32", (32, 16), repeats=1, threads=3)
+    assert p.sizes == (16, 32) and len(p.rates) == 2 and p.threads == 3
+    assert p.flops == max(p.rates) and p.n == p.sizes[p.rates.index(p.flops)]
+    with pytest.raises(InputError, match="orders >= 1"):
+        host.measure_peak("fp32", (), repeats=1)
+    with pytest.raises(InputError, match="repeats >= 1"):
+        host.measure_peak("fp32", 16, repeats=0)
+
+
+def test_call_costs_cover_every_kind_and_errors_are_clear() -> None:
+    costs = host.measure_call_costs(calls=3, trials=1)
+    assert {c.name.split("(")[0] for c in costs} >= {"np.add", "np.sum", "np.matmul"}
+    assert all(c.seconds > 0 and c.calls == 3 and c.trials == 1 for c in costs)
+    assert host.per_call_seconds(costs) == pytest.approx(float(np.median([c.seconds for c in costs])))
+    with pytest.raises(InputError, match="calls >= 1"):
+        host.measure_call_costs(calls=0)
+    with pytest.raises(InputError, match="no call costs"):
+        host.per_call_seconds([])
+
+
+def test_effective_size_is_the_last_set_below_half_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 32 MiB level whose chase latency jumps to memory's past 4 MiB behaves as 4 MiB."""
+    from memwall.host import measure
+
+    def fake(ws: int, line: int, target: float = 0.0, window: int | None = None) -> host.LatencyPoint:
+        return host.LatencyPoint(ws, 14e-9 if ws <= 4 << 20 else 200e-9)
+
+    monkeypatch.setattr(measure, "measure_latency", fake)
+    l3 = host.CacheInfo(3, "Unified", 32 << 20, 64, 16, 32768, 2)
+    e = host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=2)
+    assert (e.stated, e.size) == (32 << 20, 4 << 20)
+    assert [p.working_set for p in e.curve] == [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20]
+    assert e.threshold == pytest.approx(97e-9)
+    # every point kept: the whole stated size
+    monkeypatch.setattr(measure, "measure_latency", lambda ws, line, target=0.0, window=None:
+                        host.LatencyPoint(ws, 14e-9))
+    assert host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=2).size == 32 << 20
+    with pytest.raises(InputError, match="step must exceed 1"):
+        host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=1)
+
+
+def test_detect_writes_the_last_level_as_it_behaves(profile: Path) -> None:
+    raw = json.loads(Path(str(profile) + ".json").read_text())
+    m = profiles.load_machine_file(profile)
+    e, last = raw["effective"], m.levels[-1]
+    assert e is not None and e["stated"] == raw["caches"][-1]["size"]
+    if e["size"] < e["stated"]:
+        assert last.size == e["size"] and last.provenance["size"].status == "measured"
+    else:
+        assert last.size == e["stated"] and last.provenance["size"].status == "secondary"
 
 
 def test_caches_match_sysfs(tmp_path: Path) -> None:
@@ -82,6 +175,33 @@ def test_numpy_step_learns() -> None:
     for _ in range(200):
         model.run(False)
     assert float(np.mean((model.y[-1] - model.target) ** 2)) < before
+
+
+def test_numpy_step_does_memwall_s_work_and_counts_its_calls() -> None:
+    """The NumPy step computes the first layer's dX, as memwall's lowering does (L1.dX),
+    and counts the NumPy calls it issues (30 for NETtalk: 31 with the dX)."""
+    hc = _host_check()
+    spec = hc.MLPSpec((6, 5, 3), True, "sigmoid", "mse")
+    model = hc.NumpyMLP(spec, 4)
+    model.run(False)
+    assert np.any(model.dx_in != 0)
+    # forward 2 x (matmul, bias, 4 sigmoid ufuncs); loss 1; backward 2 x (3 sigmoid, dX, lr, dW, db); update 4
+    assert model.calls_per_step(False) == 12 + 1 + 14 + 4
+    assert model.calls_per_step(True) == 4 * 31 and model.xp is np
+    per = hc.HostCase("x", "nettalk", spec, 4, "per-example")
+    assert hc.outer_products(per) == 4 * (6 * 5 + 5 * 3)
+    assert hc.outer_products(hc.HostCase("x", "nettalk", spec, 4, "minibatch")) == 0
+
+
+def test_summary_reports_both_knees_and_the_top_rate() -> None:
+    hc = _host_check()
+    rows = [{"series": "affine width 8", "batch": b, "ratio": r, "ratio_best": r, "measured_flops": f,
+             "measured_best_flops": f, "predicted_flops": p, "predicted_bound": "compute"}
+            for b, r, f, p in ((1, 0.5, 1.0, 1.0), (4, 1.0, 3.0, 6.0), (16, 2.0, 8.0, 9.0))]
+    s = hc.summarize(rows, peak=10.0)
+    assert (s["median_ratio"], s["worst_ratio"]) == (1.0, 0.5)
+    assert (s["measured_knee"], s["predicted_knee"]) == (16, 4)
+    assert s["top_measured_flops"] == 8.0 and s["top_over_peak"] == 0.8
 
 
 def _host_check():  # the experiment script, imported by path (experiments/ is not a package)

@@ -11,16 +11,24 @@ experiment (``experiments/host_check.py``), not here.
 
 from .measure import (
     KERNEL_BYTES,
+    PEAK_SIZES,
     TLB_WINDOW,
     BandwidthResult,
+    CallCost,
     Detected,
+    EffectiveSize,
     LatencyPoint,
+    OuterResult,
     PeakResult,
     chase_array,
     detect,
     measure_bandwidth,
+    measure_call_costs,
+    measure_effective_size,
     measure_latency,
+    measure_outer,
     measure_peak,
+    per_call_seconds,
 )
 from .probe import (
     SYS_CPU,
@@ -46,8 +54,10 @@ from .profile import (
 )
 
 __all__ = [
-    "DETECT_SOURCE", "KERNEL_BYTES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking", "CacheInfo",
-    "CpuInfo", "Detected", "LatencyPoint", "PeakResult", "blas_info", "blocking", "chase_array", "detect",
-    "level_geometry", "measure_bandwidth", "measure_latency", "measure_peak", "profile_table", "profile_toml",
-    "read_caches", "read_clock", "read_cpu", "read_memory_size", "simd_lanes", "summary", "write_profile",
+    "DETECT_SOURCE", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",
+    "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "LatencyPoint", "OuterResult", "PeakResult",
+    "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
+    "measure_effective_size", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
+    "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "simd_lanes",
+    "summary", "write_profile",
 ]
