@@ -10,7 +10,8 @@ mini-batches; affine stacks of width 1024 at batch 1 … 16384 (fewer layers at 
 batches, so every step stays affordable: per-layer work is what is compared); and stacks
 of width 4096, whose 64 MiB weight matrices overflow the last-level cache. Each step is
 forward, backward and an SGD update in fp32 (:class:`NumpyMLP`, below), timed after a
-warm-up as the median of several repeats. The prediction is ``run_case`` on the profile
+warm-up in interleaved rounds (every case once per round, :func:`measure_interleaved`);
+each case keeps the median and the best round. The prediction is ``run_case`` on the profile
 ``memwall machines detect`` wrote (schedule ``blocked``, which is what OpenBLAS runs);
 nothing in the model is tuned to these timings.
 
@@ -179,27 +180,10 @@ class NumpyMLP:
 
 @dataclass(frozen=True)
 class StepTime:
-    median: float  # seconds per step
-    best: float
-    repeats: int
+    median: float  # seconds per step, median of the visits
+    best: float  # seconds per step, the fastest visit
+    repeats: int  # visits (interleaved rounds)
     warmup: int
-
-
-def time_step(fn: Callable[[], None], min_repeats: int = 3, max_repeats: int = 15, budget: float = 1.0,
-              warmup: int = 1) -> StepTime:
-    """Median seconds of ``fn()`` after ``warmup`` calls; repeats until ``budget`` seconds or
-    ``max_repeats``, at least ``min_repeats``."""
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < min_repeats or (spent < budget and len(times) < max_repeats):
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        times.append(dt)
-        spent += dt
-    return StepTime(float(np.median(times)), min(times), len(times), warmup)
 
 
 @dataclass(frozen=True)
@@ -260,11 +244,29 @@ def cases(out: Path, quick: bool) -> list[HostCase]:
     return found
 
 
-def measure(case: HostCase, quick: bool, model: NumpyMLP | None = None) -> StepTime:
-    model = model or NumpyMLP(case.spec, case.batch)
-    per_example = case.updates == "per-example"
-    return time_step(lambda: model.run(per_example), min_repeats=3, max_repeats=15 if not quick else 5,
-                          budget=0.05 if quick else 0.6, warmup=1 if quick else 2)
+def measure_interleaved(steps: list[Callable[[], None]], rounds: int, sample: float = 0.02,
+                        warmup: int = 1) -> list[StepTime]:
+    """Time every step in ``rounds`` rounds, each round visiting every step once, so that
+    a burst of other work on a shared host falls on all cases alike rather than on the
+    one being timed. A visit repeats a step until ``sample`` seconds have passed (at least
+    once) and keeps seconds per step; each case gets the median and the best visit."""
+    if rounds < 1 or not steps:
+        raise InputError(f"measure_interleaved needs steps and rounds >= 1, got {len(steps)} and {rounds}")
+    loops = []
+    for fn in steps:
+        for _ in range(warmup):
+            fn()
+        t0 = time.perf_counter()
+        fn()
+        loops.append(max(1, int(sample / max(time.perf_counter() - t0, 1e-9))))
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(rounds):
+        for fn, n, out in zip(steps, loops, times, strict=True):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t0) / n)
+    return [StepTime(float(np.median(t)), min(t), len(t), warmup) for t in times]
 
 
 def predict(case: HostCase, machine: Machine) -> dict[str, Any]:
@@ -316,9 +318,14 @@ def case_note(row: dict[str, Any], outer_ns: float | None, effective_l3: int | N
     return "; ".join(notes)
 
 
-def run(out: Path, quick: bool = False, profile: str | None = None) -> dict[str, Any]:
-    """Detect (or load) the profile, measure and predict every case, write the outputs."""
+def run(out: Path, quick: bool = False, profile: str | None = None, blas_threads: int | None = None,
+        rounds: int | None = None) -> dict[str, Any]:
+    """Detect (or load) the profile, measure and predict every case, write the outputs.
+    ``blas_threads`` sets the BLAS's threads for detect and the steps alike; the steps are
+    timed interleaved over ``rounds`` rounds (:func:`measure_interleaved`)."""
     out.mkdir(parents=True, exist_ok=True)
+    if blas_threads is not None:
+        host.set_blas_threads(blas_threads)
     if profile is None:
         detected = host.detect(quick=quick, verbose=True)
         profile_path = host.write_profile(detected, out / "host.toml")
@@ -331,9 +338,12 @@ def run(out: Path, quick: bool = False, profile: str | None = None) -> dict[str,
     effective_l3 = machine.levels[-1].size if machine.levels else None
     rows: list[dict[str, Any]] = []
     prediction_error: str | None = None
-    for case in cases(out, quick):
-        model = NumpyMLP(case.spec, case.batch)
-        timed = measure(case, quick, model)
+    found = cases(out, quick)
+    models = [NumpyMLP(case.spec, case.batch) for case in found]
+    steps = [lambda m=m, c=c: m.run(c.updates == "per-example") for m, c in zip(models, found, strict=True)]
+    timings = measure_interleaved(steps, rounds or (3 if quick else 9), sample=0.005 if quick else 0.03,
+                                  warmup=1 if quick else 2)
+    for case, model, timed in zip(found, models, timings, strict=True):
         dims = case.spec.layers
         row: dict[str, Any] = {
             "series": case.series, "network": Path(case.network).stem, "layers": len(dims) - 1,
@@ -377,6 +387,7 @@ def run(out: Path, quick: bool = False, profile: str | None = None) -> dict[str,
         "profile": str(profile_path), "machine": machine.id, "memory_bandwidth": machine.memory.bandwidth,
         "quick": quick, "per_call": raw.get("per_call"), "outer_ns_per_element": outer_ns,
         "last_level_bytes": effective_l3, "load_average": _loadavg(), "prediction_error": prediction_error,
+        "blas_threads": host.blas_info().threads, "rounds": timings[0].repeats if timings else None,
     })
     _write(out, rows, summary)
     return {"rows": rows, "summary": summary}
@@ -479,8 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for the table, the figure and the profile")
     parser.add_argument("--quick", action="store_true", help="a seconds-long run: fewer, smaller cases")
     parser.add_argument("--profile", help="a profile from 'memwall machines detect' (default: detect now)")
+    parser.add_argument("--blas-threads", type=int, metavar="N",
+                        help="BLAS threads for detect and the steps (default: the BLAS's own count); on a host "
+                             "shared with other work, 1 keeps a descheduled BLAS thread from stalling the other")
+    parser.add_argument("--rounds", type=int, metavar="R", help="interleaved timing rounds (default 9; 3 --quick)")
     args = parser.parse_args(argv)
-    result = run(Path(args.out), quick=args.quick, profile=args.profile)
+    result = run(Path(args.out), quick=args.quick, profile=args.profile, blas_threads=args.blas_threads,
+                 rounds=args.rounds)
     print(json.dumps(result["summary"], indent=1))
     return 0
 

@@ -41,6 +41,7 @@ from .probe import (
     read_clock,
     read_cpu,
     read_memory_size,
+    set_blas_threads,
 )
 from .profile import (
     DETECT_SOURCE,
@@ -58,6 +59,6 @@ __all__ = [
     "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "LatencyPoint", "OuterResult", "PeakResult",
     "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
     "measure_effective_size", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
-    "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "simd_lanes",
-    "summary", "write_profile",
+    "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "set_blas_threads",
+    "simd_lanes", "summary", "write_profile",
 ]
