@@ -312,7 +312,7 @@ def case_note(row: dict[str, Any], outer_ns: float | None, effective_l3: int | N
     if row["outer_elements"]:
         est = f", about {row['outer_estimate_s']:.3g} s at detect's {outer_ns:.3g} ns per element" if outer_ns else ""
         notes.append(f"{row['outer_elements']} output elements of K = 1 products, which numpy.matmul runs in its "
-                     f"own scalar loop, not the BLAS{est}; memwall times them as BLAS products")
+                     f"own loop, not the BLAS{est} (the profile's outer_product)")
     if effective_l3 and row["weights_bytes"] > effective_l3:
         notes.append("the weights exceed the last level as it behaves (the profile's measured size)")
     return "; ".join(notes)

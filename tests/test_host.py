@@ -70,6 +70,21 @@ def test_prediction_grows_by_kernels_times_host_issue(profile: Path) -> None:
     assert a["dispatch"]["host_seconds"] == pytest.approx(n * 1e-6)
 
 
+def test_k1_products_run_at_the_measured_outer_product_time(profile: Path) -> None:
+    """numpy.matmul runs column @ row in its own loop: a K = 1 product on a profile stating
+    outer_product takes its output elements times that, and nothing else changes."""
+    m = profiles.load_machine_file(profile)
+    assert m.provenance["timing.outer_product"].status == "measured" and m.timing.params["outer_product"] > 0
+    case = Case(machine=str(profile), network="nettalk", batch=1, updates="per-example", dtype="fp32")
+    slow = {"timing.outer_product": "10 us"}
+    a = run_case(case, machine=profiles.load_machine_file(profile, sets={"timing.outer_product": "5 us"}))
+    b = run_case(case, machine=profiles.load_machine_file(profile, sets=slow))
+    outer = 80 * 203 + 26 * 80  # NETtalk's two dW products over one example
+    assert b["seconds"] - a["seconds"] == pytest.approx(outer * 5e-6, rel=1e-6)
+    by_name = {k["name"]: k for k in b["kernels"]}
+    assert by_name["L1.dW"]["bound"] == "compute"
+
+
 def test_detect_peak_is_the_best_of_its_largest_products_in_every_thread(profile: Path) -> None:
     raw = json.loads(Path(str(profile) + ".json").read_text())
     threads = host.blas_info().threads

@@ -218,6 +218,9 @@ TIMING = Table("[timing]", (
           when=_OVERLAPPED),
     Field("cores", "int", "cores the peak counts, whose misses are in flight together (a level serves at most "
           "mlp x cores fetches per latency)", required=True, minimum=1, figure="optional", when=_OVERLAPPED),
+    Field("outer_product", "any", "time per output element of a K = 1 product (column @ row) where the library "
+          "runs it outside its BLAS, as numpy.matmul does; unstated: such products run as any other",
+          parse=_time, unit=_T, figure="required", when=_OVERLAPPED),
     Field("subword_float", "bool", "true if the machine has floating point narrower than its word (a 32-bit "
           "format); false: every element moves as a whole word", required=True, figure="required", when=_VECTOR),
     Field("dispatch", "table", "how kernels are issued: the default mode and each mode's costs",

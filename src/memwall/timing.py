@@ -209,6 +209,7 @@ class KernelWork:
     dtype: str
     flops: int
     ops: Mapping[str, int]  # itemised operations (fma, add, sub, mul, div, exp)
+    dims: tuple[int, int, int] | None = None  # a product's (M, N, K)
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,11 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     cores = int(_param(machine, "cores", 1))
     busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
     compute = work.flops / (arithmetic_rate(machine, work.dtype, work.op) * busy / cores)
+    outer = machine.timing.params.get("outer_product")
+    if outer and work.op == "gemm" and work.dims is not None and work.dims[2] == 1:
+        # A host whose library runs a K = 1 product in its own loop, not the BLAS
+        # (numpy.matmul): flops / 2 output elements at the measured time each.
+        compute = work.flops / 2 * float(outer)
     terms = _transfers(traffic)
     # Little's law: with mlp misses in flight on each busy core, a level serves at most
     # mlp x busy fetches per latency, whatever its bandwidth.
@@ -368,12 +374,13 @@ def time_kernel(
     ops: Mapping[str, int],
     traffic: KernelTraffic,
     repeat: int = 1,
+    dims: tuple[int, int, int] | None = None,
 ) -> KernelTiming:
     """Time one kernel run by the machine's model, then scale by ``repeat``."""
     model = MODELS.get(machine.timing.model)
     if model is None:
         raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
-    t = model(machine, KernelWork(op, dtype, flops, ops), traffic)
+    t = model(machine, KernelWork(op, dtype, flops, ops, dims), traffic)
     widen = word_widening(machine, dtype)
     return KernelTiming(
         name=name,

@@ -136,12 +136,17 @@ def _notes(d: Detected) -> str:
         *([f"Dispatch eager: every kernel is one NumPy call from Python, issued by the core that then runs "
            f"it, at the measured {format_time(d.per_call)} per call (a framework that issues several calls "
            f"for one kernel pays it several times)."] if d.per_call is not None else []),
-        *([f"numpy.matmul runs a K = 1 product (column @ row) in NumPy's own scalar loop, not the BLAS: "
-           f"{d.outer.per_element * 1e9:.3g} ns per output element measured ({format_time(d.outer.k1_seconds)} "
-           f"for {d.outer.m}x{d.outer.n}, against {format_time(d.outer.k2_seconds)} for K = 2 through the BLAS); "
-           "the timing model has no term for a library's routing, so a step with such products runs slower "
-           "than predicted."] if d.outer is not None else []),
+        *([f"outer_product: numpy.matmul runs a K = 1 product (column @ row) in NumPy's own loop, not the "
+           f"BLAS; {_outer_how(d)}."] if d.outer is not None else []),
     ])
+
+
+def _outer_how(d: Detected) -> str:
+    o = d.outer
+    assert o is not None
+    return (f"best of {format_time(o.k1_seconds)} for a {o.m}x1 by 1x{o.n} float32 numpy.matmul, / {o.m * o.n} "
+            f"output elements (K = 2, through the BLAS: {format_time(o.k2_seconds)}); NumPy sends column @ row "
+            "to its own loop ('no blas needed')")
 
 
 def _identity(d: Detected, ident: str) -> dict[str, Any]:
@@ -248,6 +253,8 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
         "timing": {
             "model": "overlapped", "overlap": "max",
             "mlp": _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how), "cores": 1,
+            **({"outer_product": _fig(f"{d.outer.per_element * 1e9:.4g} ns", DETECT_SOURCE, "measured",
+                                      derivation=_outer_how(d))} if d.outer is not None else {}),
             **({"dispatch": _dispatch(d)} if d.calls else {}),
             "note": "overlap 'max' because each bandwidth was measured end to end; cores = 1 because mlp was "
                     "measured with every BLAS thread at once: it is the chip's already",
