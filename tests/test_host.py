@@ -85,6 +85,48 @@ def test_k1_products_run_at_the_measured_outer_product_time(profile: Path) -> No
     assert by_name["L1.dW"]["bound"] == "compute"
 
 
+def test_product_efficiency_interpolates_the_measured_curves(profile: Path) -> None:
+    """A product runs at the smaller of its two measured efficiencies (log2-linear between
+    points, the end points' values beyond them); a profile without curves runs at the peak."""
+    from memwall.timing import product_efficiency
+
+    sets = {"timing.efficiency_mn": "[[4, 0.2], [16, 0.6], [256, 1.0]]",
+            "timing.efficiency_k": "[[4, 0.1], [64, 0.9], [4096, 1.0]]"}
+    m = profiles.load_machine_file(profile, sets=sets)
+    assert product_efficiency(m, (8, 1024, 1024)) == pytest.approx(0.4)  # half-way from 4 to 16
+    assert product_efficiency(m, (1024, 2, 1024)) == pytest.approx(0.2)  # below the first point
+    assert product_efficiency(m, (1024, 1024, 16)) == pytest.approx(0.1 + 0.8 * 2 / 4)  # by K
+    assert product_efficiency(m, (4096, 4096, 4096)) == 1.0
+    assert product_efficiency(m, (4096, 4096, 128)) == pytest.approx(0.9 + 0.1 / 6)  # one sixth of 64 to 4096
+    plain = profiles.load_machine_file(ROOT / "era_data" / "machines" / "h100-sxm.toml")
+    assert product_efficiency(plain, (1, 1, 1)) == 1.0
+    case = Case(machine=str(profile), network="nettalk", batch=64, updates="minibatch", dtype="fp32")
+    whole = {"timing.efficiency_mn": "[[1, 1.0]]", "timing.efficiency_k": "[[1, 1.0]]"}
+    half = {"timing.efficiency_mn": "[[1, 0.5]]", "timing.efficiency_k": "[[1, 0.5]]"}
+    fast = run_case(case, machine=profiles.load_machine_file(profile, sets=whole))
+    slow = run_case(case, machine=profiles.load_machine_file(profile, sets=half))
+    for a, b in zip(fast["kernels"], slow["kernels"], strict=True):
+        if a["op"] == "gemm":
+            assert b["cycles"]["compute"] == pytest.approx(2 * a["cycles"]["compute"]), a["name"]
+        else:
+            assert b["cycles"]["compute"] == pytest.approx(a["cycles"]["compute"]), a["name"]
+    for bad in ("[[4, 0.5], [2, 0.6]]", "[[4, 1.5]]", "[[0.5, 0.5]]", "0.5"):
+        with pytest.raises(InputError, match="efficiency_mn"):
+            profiles.load_machine_file(profile, sets={"timing.efficiency_mn": bad})
+
+
+def test_detect_writes_the_efficiency_curves(profile: Path) -> None:
+    raw = json.loads(Path(str(profile) + ".json").read_text())
+    m = profiles.load_machine_file(profile)
+    shapes = {c["shape"]: c for c in raw["efficiency"]}
+    assert set(shapes) == {"mn", "k"}
+    for shape, c in shapes.items():
+        written = m.timing.params[f"efficiency_{shape}"]
+        assert [p[0] for p in written] == [p[0] for p in c["points"]]
+        assert [d for d, _, _ in c["points"]][:-1] == list(host.EFFICIENCY_DIMS["quick"])
+        assert m.provenance[f"timing.efficiency_{shape}"].status == "measured"
+
+
 def test_detect_peak_is_the_best_of_its_largest_products_in_every_thread(profile: Path) -> None:
     raw = json.loads(Path(str(profile) + ".json").read_text())
     threads = host.blas_info().threads

@@ -10,6 +10,7 @@ experiment (``experiments/host_check.py``), not here.
 """
 
 from .measure import (
+    EFFICIENCY_DIMS,
     KERNEL_BYTES,
     PEAK_SIZES,
     TLB_WINDOW,
@@ -17,6 +18,7 @@ from .measure import (
     CallCost,
     Detected,
     EffectiveSize,
+    EfficiencyCurve,
     LatencyPoint,
     OuterResult,
     PeakResult,
@@ -25,6 +27,7 @@ from .measure import (
     measure_bandwidth,
     measure_call_costs,
     measure_effective_size,
+    measure_efficiency,
     measure_latency,
     measure_outer,
     measure_peak,
@@ -55,10 +58,10 @@ from .profile import (
 )
 
 __all__ = [
-    "DETECT_SOURCE", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",
-    "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "LatencyPoint", "OuterResult", "PeakResult",
+    "DETECT_SOURCE", "EFFICIENCY_DIMS", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",
+    "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "EfficiencyCurve", "LatencyPoint", "OuterResult", "PeakResult",
     "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
-    "measure_effective_size", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
+    "measure_effective_size", "measure_efficiency", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
     "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "set_blas_threads",
     "simd_lanes", "summary", "write_profile",
 ]

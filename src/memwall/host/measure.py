@@ -93,6 +93,52 @@ def measure_peak(dtype: str, n: int | Sequence[int], repeats: int = 3, threads: 
 
 
 @dataclass(frozen=True)
+class EfficiencyCurve:
+    """A product's rate against the peak as one dimension shrinks, the other two held at
+    ``other`` (operands in cache: the memory levels are timed apart)."""
+
+    shape: str  # "mn": C = A·Bᵀ with M small (a forward product's batch); "k": Aᵀ·B with K small
+    other: int
+    points: list[tuple[int, float, float]]  # (dimension, FLOP/s best of the repeats, fraction of the peak)
+
+
+# The small dimensions the efficiency curves sample (a training step's batch sizes).
+EFFICIENCY_DIMS = {"quick": (4, 16, 64), "full": (2, 4, 8, 16, 32, 64, 128, 256, 512)}
+
+
+def measure_efficiency(peak: PeakResult, dims: Sequence[int], other: int = 512,
+                       repeats: int = 5) -> list[EfficiencyCurve]:
+    """Best FLOP/s of fp32 products whose M (then K) is each of ``dims``, the other two
+    ``other``, as fractions of ``peak`` (at most 1); each curve ends at the peak's own
+    order with 1, where that is beyond ``dims``."""
+    if not dims or min(dims) < 1 or other < 1 or repeats < 1:
+        raise InputError(f"measure_efficiency needs dimensions >= 1 and repeats >= 1, got {list(dims)}, "
+                         f"{other} and {repeats}")
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    w = rng.random((other, other), dtype=f32)
+    curves = []
+    for shape in ("mn", "k"):
+        points = []
+        for d in sorted(set(dims)):
+            x = rng.random((d, other), dtype=f32)
+            out = np.empty((d, other) if shape == "mn" else (other, other), f32)
+            a, b = (x, w.T) if shape == "mn" else (x.T, x if d == other else rng.random((d, other), dtype=f32))
+            np.matmul(a, b, out=out)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                np.matmul(a, b, out=out)
+                best = min(best, time.perf_counter() - t0)
+            rate = 2.0 * d * other * other / best
+            points.append((d, rate, min(1.0, rate / peak.flops)))
+        if peak.n > points[-1][0]:
+            points.append((peak.n, peak.flops, 1.0))
+        curves.append(EfficiencyCurve(shape, other, points))
+    return curves
+
+
+@dataclass(frozen=True)
 class CallCost:
     """Seconds one NumPy call costs when it has (almost) nothing to compute."""
 
@@ -374,6 +420,7 @@ class Detected:
     calls: list[CallCost] = field(default_factory=list)  # the per-call cost, by kind of call
     outer: OuterResult | None = None  # numpy.matmul's K = 1 product
     effective: EffectiveSize | None = None  # the last level's behaviour against its stated size
+    efficiency: list[EfficiencyCurve] = field(default_factory=list)  # fp32 products by their small dimension
 
     @property
     def per_call(self) -> float | None:
@@ -414,6 +461,11 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
         _log(verbose, f"peak {dtype}: {format_flop_rate(peaks[dtype].flops)} (best of matmul "
                       f"{', '.join(f'{n}x{n}' for n in orders)}; {threads} thread(s))")
 
+    efficiency = measure_efficiency(peaks["fp32"], EFFICIENCY_DIMS["quick" if quick else "full"],
+                                    256 if quick else 512, 3 if quick else 5)
+    for curve in efficiency:
+        _log(verbose, f"fp32 product, small {curve.shape.upper()}: "
+                      + ", ".join(f"{d}: {f:.2f}" for d, _, f in curve.points) + " of the peak")
     calls = measure_call_costs(500 if quick else 2000, 3 if quick else 5)
     _log(verbose, f"per call: {format_time(per_call_seconds(calls))} (median of "
                   + ", ".join(f"{format_time(c.seconds)}" for c in calls) + ")")
@@ -463,4 +515,4 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
     mlp = bandwidth["memory"][1].traffic * latency["memory"].seconds / line
     return Detected(cpu, blas, caches, clock, memory_bytes, peaks, bandwidth, latency, curve, blocks, mlp,
                     quick, time.perf_counter() - start, _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                    calls=calls, outer=outer, effective=effective)
+                    calls=calls, outer=outer, effective=effective, efficiency=efficiency)

@@ -141,6 +141,14 @@ def _notes(d: Detected) -> str:
     ])
 
 
+def _efficiency_how(c: Any) -> str:
+    what = "M x {o} by {o} x {o} (C = A Bt, M the dimension)" if c.shape == "mn" else \
+        "{o} x K by K x {o} (C = At B, K the dimension)"
+    return (f"best of the repeats of float32 numpy.matmul {what.format(o=c.other)}, all BLAS threads, against "
+            "the fp32 peak (the last point is the peak's own order): "
+            + ", ".join(f"{d}: {format_flop_rate(r)}" for d, r, _ in c.points))
+
+
 def _outer_how(d: Detected) -> str:
     o = d.outer
     assert o is not None
@@ -255,6 +263,8 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
             "mlp": _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how), "cores": 1,
             **({"outer_product": _fig(f"{d.outer.per_element * 1e9:.4g} ns", DETECT_SOURCE, "measured",
                                       derivation=_outer_how(d))} if d.outer is not None else {}),
+            **{f"efficiency_{c.shape}": _fig([[p[0], round(p[2], 4)] for p in c.points], DETECT_SOURCE, "measured",
+                                             derivation=_efficiency_how(c)) for c in d.efficiency},
             **({"dispatch": _dispatch(d)} if d.calls else {}),
             "note": "overlap 'max' because each bandwidth was measured end to end; cores = 1 because mlp was "
                     "measured with every BLAS thread at once: it is the chip's already",
