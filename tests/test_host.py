@@ -178,6 +178,13 @@ def test_effective_size_is_the_last_set_below_half_way(monkeypatch: pytest.Monke
     assert host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=2).size == 32 << 20
     with pytest.raises(InputError, match="step must exceed 1"):
         host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=1)
+    with pytest.raises(InputError, match="trials be >= 1"):
+        host.measure_effective_size(l3, 512 << 10, 64, 180e-9, trials=0)
+    # each point keeps its best sweep: a burst that slows one sweep at 8 MiB does not shrink it
+    slow = iter([14e-9] * 4 + [300e-9] * 2 + [14e-9] * 6 + [300e-9] * 6)
+    monkeypatch.setattr(measure, "measure_latency", lambda ws, line, target=0.0, window=None:
+                        host.LatencyPoint(ws, next(slow)))
+    assert host.measure_effective_size(l3, 512 << 10, 64, 180e-9, step=2, trials=3).size == 32 << 20
 
 
 def test_detect_writes_the_last_level_as_it_behaves(profile: Path) -> None:

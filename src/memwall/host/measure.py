@@ -372,22 +372,27 @@ class EffectiveSize:
 
 
 def measure_effective_size(cache: CacheInfo, inner_size: int, line: int, memory_latency: float,
-                           target_seconds: float = 0.02, step: float = 2**0.5) -> EffectiveSize:
+                           target_seconds: float = 0.02, step: float = 2**0.5, trials: int = 1) -> EffectiveSize:
     """Chase working sets from twice the level above (``inner_size``) up to the stated
-    size, growing by ``step``; the effective size is the last one before the latency
-    first passes half-way from the first point's to ``memory_latency``. On a shared last
-    level (other cores, other processes, other guests of a virtual machine) that is less
-    than the OS states, and it is what a step's working set meets."""
-    if step <= 1:
-        raise InputError(f"the sweep's step must exceed 1, got {step}")
+    size, growing by ``step``, ``trials`` sweeps with each point's best kept; the effective
+    size is the last one before the latency first passes half-way from the first point's to
+    ``memory_latency``. On a shared last level (other cores, other processes, other guests
+    of a virtual machine) that is less than the OS states, and it is what a step's working
+    set meets."""
+    if step <= 1 or trials < 1:
+        raise InputError(f"the sweep's step must exceed 1 and trials be >= 1, got {step} and {trials}")
     granule = max(cache.ways, 1) * cache.line
-    ws, curve = 2 * inner_size, []
+    sizes, ws = [], 2 * inner_size
     while ws <= cache.size:
-        size = max(int(ws) // granule, 1) * granule
-        curve.append(measure_latency(size, line, target_seconds))
+        sizes.append(max(int(ws) // granule, 1) * granule)
         ws *= step
-    if not curve:
+    if not sizes:
         return EffectiveSize(cache.name, cache.size, cache.size, memory_latency, memory_latency, [])
+    best = [float("inf")] * len(sizes)
+    for _ in range(trials):  # whole sweeps, so that a burst of other work spoils one point of each at most
+        for i, size in enumerate(sizes):
+            best[i] = min(best[i], measure_latency(size, line, target_seconds).seconds)
+    curve = [LatencyPoint(size, t) for size, t in zip(sizes, best, strict=True)]
     inner = curve[0].seconds
     threshold = (inner + memory_latency) / 2
     size = curve[0].working_set
@@ -484,7 +489,7 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
     effective = None
     if len(caches) > 1:
         effective = measure_effective_size(last, caches[-2].size, line, latency["memory"].seconds,
-                                           0.005 if quick else 0.02)
+                                           0.005 if quick else 0.02, trials=1 if quick else 3)
         _log(verbose, f"{last.name}: behaves as {format_bytes(effective.size)} (the OS states "
                       f"{format_bytes(last.size)})")
     bandwidth: dict[str, list[BandwidthResult]] = {}
