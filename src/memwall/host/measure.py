@@ -1,10 +1,14 @@
-"""Measurements of the host: peak FLOP/s, bandwidth per level, latency per level.
+"""Measurements of the host: peak FLOP/s, product efficiency, per-call cost, bandwidth,
+latency and the last level's effective size.
 
-Owns the kernels' drivers (:func:`measure_peak` by a NumPy matrix product,
-:func:`measure_bandwidth` by STREAM-like copy and triad in every BLAS thread,
-:func:`measure_latency` by a pointer chase over :func:`chase_array`) and
-:func:`detect`, which reads the host (:mod:`memwall.host.probe`) and measures it into
-one :class:`Detected`. The compiled kernels are ``memwall._probe``.
+Owns the kernels' drivers (:func:`measure_peak`, the best of large NumPy matrix products
+in every BLAS thread; :func:`measure_efficiency`, products with one small dimension;
+:func:`measure_outer`, numpy.matmul's K = 1 loop; :func:`measure_call_costs`, one-element
+NumPy calls; :func:`measure_bandwidth` by STREAM-like copy and triad in every BLAS
+thread; :func:`measure_latency` by a pointer chase over :func:`chase_array`;
+:func:`measure_effective_size`, a chase sweep over the last level) and :func:`detect`,
+which reads the host (:mod:`memwall.host.probe`) and measures it into one
+:class:`Detected`. The compiled kernels are ``memwall._probe``.
 """
 
 from __future__ import annotations
@@ -64,32 +68,34 @@ PEAK_SIZES = {"quick": (512, 1024), "full": (2048, 3072, 4096)}
 
 def measure_peak(dtype: str, n: int | Sequence[int], repeats: int = 3, threads: int | None = None) -> PeakResult:
     """Best FLOP/s of ``C = A @ B`` for n×n matrices (2n³ FLOPs), after one warm-up per
-    size; ``n`` may list several orders, and the best rate of any is the peak. ``threads``
-    is recorded (the BLAS's own count, :func:`memwall.host.blas_info`, by default): the
-    products run in every thread the BLAS uses, as the host check's steps do."""
+    size; ``n`` may list several orders, and the best rate of any is the peak. The repeats
+    are rounds over the orders, so that a burst of other work spoils one repeat of each
+    rather than every repeat of one. ``threads`` is recorded (the BLAS's own count,
+    :func:`memwall.host.blas_info`, by default): the products run in every thread the BLAS
+    uses, as the host check's steps do."""
     sizes = tuple(sorted({n} if isinstance(n, int) else set(n)))
     if not sizes or sizes[0] < 1 or repeats < 1:
         raise InputError(f"measure_peak needs orders >= 1 and repeats >= 1, got {sizes} and {repeats}")
     np_dtype = {"fp32": np.float32, "fp64": np.float64}[dtype]
     rng = np.random.default_rng(0)
-    rates, best = [], (0.0, sizes[0], [])
+    operands = []
     for size in sizes:
         a = rng.standard_normal((size, size)).astype(np_dtype)
         b = rng.standard_normal((size, size)).astype(np_dtype)
         c = np.empty((size, size), dtype=np_dtype)
-        np.matmul(a, b, out=c)
-        times = []
-        for _ in range(repeats):
+        np.matmul(a, b, out=c)  # warm-up
+        operands.append((a, b, c))
+    times: list[list[float]] = [[] for _ in sizes]
+    for _ in range(repeats):
+        for (a, b, c), out in zip(operands, times, strict=True):
             t0 = time.perf_counter()
             np.matmul(a, b, out=c)
-            times.append(time.perf_counter() - t0)
-        rate = 2.0 * size**3 / min(times)
-        rates.append(rate)
-        if rate > best[0]:
-            best = (rate, size, times)
+            out.append(time.perf_counter() - t0)
+    rates = tuple(2.0 * size**3 / min(t) for size, t in zip(sizes, times, strict=True))
+    i = rates.index(max(rates))
     if threads is None:
         threads = blas_info().threads
-    return PeakResult(dtype, best[1], best[0], best[2], threads, sizes, tuple(rates))
+    return PeakResult(dtype, sizes[i], rates[i], times[i], threads, sizes, rates)
 
 
 @dataclass(frozen=True)
@@ -110,28 +116,35 @@ def measure_efficiency(peak: PeakResult, dims: Sequence[int], other: int = 512,
                        repeats: int = 5) -> list[EfficiencyCurve]:
     """Best FLOP/s of fp32 products whose M (then K) is each of ``dims``, the other two
     ``other``, as fractions of ``peak`` (at most 1); each curve ends at the peak's own
-    order with 1, where that is beyond ``dims``."""
+    order with 1, where that is beyond ``dims``. The repeats are rounds over every
+    product, so that a burst of other work on the host (a BLAS thread descheduled for a
+    scheduler tick) spoils one repeat of many products, not every repeat of one."""
     if not dims or min(dims) < 1 or other < 1 or repeats < 1:
         raise InputError(f"measure_efficiency needs dimensions >= 1 and repeats >= 1, got {list(dims)}, "
                          f"{other} and {repeats}")
     rng = np.random.default_rng(0)
     f32 = np.float32
     w = rng.random((other, other), dtype=f32)
-    curves = []
+    products = []  # (shape, d, a, b, out)
     for shape in ("mn", "k"):
-        points = []
         for d in sorted(set(dims)):
             x = rng.random((d, other), dtype=f32)
-            out = np.empty((d, other) if shape == "mn" else (other, other), f32)
-            a, b = (x, w.T) if shape == "mn" else (x.T, x if d == other else rng.random((d, other), dtype=f32))
+            if shape == "mn":
+                products.append((shape, d, x, w.T, np.empty((d, other), f32)))
+            else:
+                products.append((shape, d, x.T, rng.random((d, other), dtype=f32), np.empty((other, other), f32)))
+    best = [float("inf")] * len(products)
+    for _, _, a, b, out in products:
+        np.matmul(a, b, out=out)  # warm-up
+    for _ in range(repeats):
+        for i, (_, _, a, b, out) in enumerate(products):
+            t0 = time.perf_counter()
             np.matmul(a, b, out=out)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                np.matmul(a, b, out=out)
-                best = min(best, time.perf_counter() - t0)
-            rate = 2.0 * d * other * other / best
-            points.append((d, rate, min(1.0, rate / peak.flops)))
+            best[i] = min(best[i], time.perf_counter() - t0)
+    curves = []
+    for shape in ("mn", "k"):
+        points = [(d, 2.0 * d * other * other / t, min(1.0, 2.0 * d * other * other / t / peak.flops))
+                  for (s, d, *_), t in zip(products, best, strict=True) if s == shape]
         if peak.n > points[-1][0]:
             points.append((peak.n, peak.flops, 1.0))
         curves.append(EfficiencyCurve(shape, other, points))
@@ -462,12 +475,12 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
     for dtype in ("fp32", "fp64"):
         # fp64 runs at half the rate: its largest product would take twice as long.
         orders = sizes if dtype == "fp32" else sizes[:-1] or sizes
-        peaks[dtype] = measure_peak(dtype, orders, repeats=2 if quick else 3, threads=threads)
+        peaks[dtype] = measure_peak(dtype, orders, repeats=2 if quick else 5, threads=threads)
         _log(verbose, f"peak {dtype}: {format_flop_rate(peaks[dtype].flops)} (best of matmul "
                       f"{', '.join(f'{n}x{n}' for n in orders)}; {threads} thread(s))")
 
     efficiency = measure_efficiency(peaks["fp32"], EFFICIENCY_DIMS["quick" if quick else "full"],
-                                    256 if quick else 512, 3 if quick else 5)
+                                    256 if quick else 512, 3 if quick else 15)
     for curve in efficiency:
         _log(verbose, f"fp32 product, small {curve.shape.upper()}: "
                       + ", ".join(f"{d}: {f:.2f}" for d, _, f in curve.points) + " of the peak")

@@ -7,8 +7,14 @@ declaration, not by string concatenation), :func:`write_profile` and :func:`summ
 
 Modelling choices, stated once here and again in the profile's notes:
 
-* Peak FLOP/s is the best rate of a large square ``numpy.matmul`` with all BLAS threads
-  (an achieved GEMM rate, not the datasheet's FMA-port count).
+* Peak FLOP/s is the best rate of square ``numpy.matmul`` products of order up to 4096
+  with all BLAS threads, best of several (an achieved GEMM rate, not the datasheet's
+  FMA-port count). ``efficiency_mn`` / ``efficiency_k`` are the fractions of it products
+  with a small M or K reach; ``outer_product`` is numpy.matmul's own K = 1 loop.
+* Dispatch is ``eager``: each kernel is a NumPy call, at the measured per-call cost, on
+  the core that then runs it (``device_gap`` 0).
+* The last level's size is what a chase finds it behaving as, where that is less than
+  the OS states (a shared L3); the other levels' sizes are the OS's.
 * Bandwidths are machine-wide (every BLAS thread streaming at once), so they match the
   machine-wide peak. Each is the bytes the cache model counts at that level per second:
   into the first level, the bytes the core's loads and stores touch (24 per triad
@@ -263,7 +269,7 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
             "mlp": _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how), "cores": 1,
             **({"outer_product": _fig(f"{d.outer.per_element * 1e9:.4g} ns", DETECT_SOURCE, "measured",
                                       derivation=_outer_how(d))} if d.outer is not None else {}),
-            **{f"efficiency_{c.shape}": _fig([[p[0], round(p[2], 4)] for p in c.points], DETECT_SOURCE, "measured",
+            **{f"efficiency_{c.shape}": _fig([[p[0], float(f"{p[2]:.4g}")] for p in c.points], DETECT_SOURCE, "measured",
                                              derivation=_efficiency_how(c)) for c in d.efficiency},
             **({"dispatch": _dispatch(d)} if d.calls else {}),
             "note": "overlap 'max' because each bandwidth was measured end to end; cores = 1 because mlp was "
