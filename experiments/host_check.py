@@ -4,6 +4,7 @@ memwall's prediction for the same steps on the host's detected profile.
     python experiments/host_check.py --out results/host          # a few minutes
     python experiments/host_check.py --out /tmp/hc --quick       # seconds
     python experiments/host_check.py --out results/host --profile host.toml   # reuse a profile
+    python experiments/host_check.py --out results/host --blas-threads 1      # a shared host
 
 Cases: per-example NETtalk (the 1986 way: an update after every example); NETtalk in
 mini-batches; affine stacks of width 1024 at batch 1 … 16384 (fewer layers at large
@@ -13,7 +14,10 @@ forward, backward and an SGD update in fp32 (:class:`NumpyMLP`, below), timed af
 warm-up in interleaved rounds (every case once per round, :func:`measure_interleaved`);
 each case keeps the median and the best round. The prediction is ``run_case`` on the profile
 ``memwall machines detect`` wrote (schedule ``blocked``, which is what OpenBLAS runs);
-nothing in the model is tuned to these timings.
+nothing in the model is tuned to these timings, and nothing measured here reaches the
+prediction. Each row's note names what the model charges differently (NumPy calls per
+memwall kernel; K = 1 products, which the profile's ``outer_product`` times). docs/host.md
+has the whole account.
 
 Writes to --out: host_check.csv and .json (one row per case), host_check.png and .svg
 (measured against predicted seconds per step; achieved FLOP/s against batch with each
