@@ -179,24 +179,24 @@ def _call_kernels() -> dict[str, Callable[[], Any]]:
     }
 
 
-def measure_call_costs(calls: int = 2000, trials: int = 5) -> list[CallCost]:
+def measure_call_costs(calls: int = 200, trials: int = 25) -> list[CallCost]:
     """The fixed cost of one NumPy call, per kind of call: ``calls`` calls in a Python loop
-    on one-element operands, best of ``trials`` (as bandwidth is the best of its trials:
-    other work on the host only ever adds). The loop's own cost is included: a
-    framework's step pays it too."""
+    on one-element operands, best of ``trials`` rounds over the kinds (as bandwidth is the
+    best of its trials: other work on the host only ever adds). The loop's own cost is
+    included: a framework's step pays it too."""
     if calls < 1 or trials < 1:
         raise InputError(f"measure_call_costs needs calls >= 1 and trials >= 1, got {calls} and {trials}")
-    out = []
-    for name, fn in _call_kernels().items():
+    kernels = _call_kernels()
+    best = dict.fromkeys(kernels, float("inf"))
+    for fn in kernels.values():
         fn()
-        best = float("inf")
-        for _ in range(trials):
+    for _ in range(trials):  # rounds over the kinds, as the other measurements run
+        for name, fn in kernels.items():
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
-            best = min(best, (time.perf_counter() - t0) / calls)
-        out.append(CallCost(name, best, calls, trials))
-    return out
+            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+    return [CallCost(name, best[name], calls, trials) for name in kernels]
 
 
 def per_call_seconds(costs: Sequence[CallCost]) -> float:
@@ -484,7 +484,8 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
     for curve in efficiency:
         _log(verbose, f"fp32 product, small {curve.shape.upper()}: "
                       + ", ".join(f"{d}: {f:.2f}" for d, _, f in curve.points) + " of the peak")
-    calls = measure_call_costs(500 if quick else 2000, 3 if quick else 5)
+    # Short loops, many of them: a loop that the scheduler interrupts is simply not the best.
+    calls = measure_call_costs(200, 5 if quick else 25)
     _log(verbose, f"per call: {format_time(per_call_seconds(calls))} (median of "
                   + ", ".join(f"{format_time(c.seconds)}" for c in calls) + ")")
     outer = measure_outer(*((256, 256) if quick else (1024, 1024)), repeats=3 if quick else 5)
