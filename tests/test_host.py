@@ -196,6 +196,20 @@ def test_detect_writes_the_last_level_as_it_behaves(profile: Path) -> None:
         assert last.size == e["size"] and last.provenance["size"].status == "measured"
     else:
         assert last.size == e["stated"] and last.provenance["size"].status == "secondary"
+    # the blocks are derived from the level as written: the packed kc x nc panel fits it
+    kc, nc = m.schedule.params["kc"], m.schedule.params["nc"]
+    assert kc * nc * 4 <= last.size
+
+
+def test_blocks_follow_the_last_level_as_it_behaves() -> None:
+    caches = [host.CacheInfo(1, "Data", 32768, 64, 8, 64, 1), host.CacheInfo(2, "Unified", 524288, 64, 8, 1024, 1),
+              host.CacheInfo(3, "Unified", 32 << 20, 64, 16, 32768, 2)]
+    e = host.EffectiveSize("L3", 32 << 20, 4 << 20, 14e-9, 180e-9, [])
+    behaving = host.as_behaving(caches, e)
+    assert behaving[-1].size == 4 << 20 and behaving[-1].sets == 4096 and behaving[:2] == caches[:2]
+    assert host.blocking(behaving, frozenset({"avx2"}), 4).nc == 3072  # 4 MiB less a way / (320 x 4 B)
+    assert host.as_behaving(caches, None) == caches
+    assert host.as_behaving(caches, host.EffectiveSize("L3", 32 << 20, 64 << 20, 0, 0, [])) == caches
 
 
 def test_caches_match_sysfs(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from .probe import (
 from .profile import (
     DETECT_SOURCE,
     Blocking,
+    as_behaving,
     blocking,
     profile_table,
     profile_toml,
@@ -60,7 +61,7 @@ from .profile import (
 __all__ = [
     "DETECT_SOURCE", "EFFICIENCY_DIMS", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",
     "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "EfficiencyCurve", "LatencyPoint", "OuterResult", "PeakResult",
-    "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
+    "as_behaving", "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
     "measure_effective_size", "measure_efficiency", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
     "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "set_blas_threads",
     "simd_lanes", "summary", "write_profile",

@@ -36,7 +36,7 @@ from .probe import (
     read_cpu,
     read_memory_size,
 )
-from .profile import Blocking, blocking
+from .profile import Blocking, as_behaving, blocking
 
 
 def _probe() -> Any:
@@ -530,7 +530,8 @@ def detect(quick: bool = False, verbose: bool = False, root: str | Path = SYS_CP
         curve.append(measure_latency(size, line, 0.005 if quick else 0.02, window=None))
         size *= 4 if quick else 2
 
-    blocks = blocking(caches, cpu.flags, 4)
+    # Blocks for the caches as they behave: a panel sized for the stated L3 would spill.
+    blocks = blocking(as_behaving(caches, effective), cpu.flags, 4)
     mlp = bandwidth["memory"][1].traffic * latency["memory"].seconds / line
     return Detected(cpu, blas, caches, clock, memory_bytes, peaks, bandwidth, latency, curve, blocks, mlp,
                     quick, time.perf_counter() - start, _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),

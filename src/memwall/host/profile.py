@@ -48,7 +48,7 @@ from ..units import format_byte_rate, format_bytes, format_flop_rate, format_tim
 from .probe import SYS_CPU, CacheInfo, level_geometry
 
 if TYPE_CHECKING:
-    from .measure import Detected
+    from .measure import Detected, EffectiveSize
 
 DETECT_SOURCE = "detect"
 _CHASE = "pointer chase, one thread, random order within 128 KiB windows (TLB-resident)"
@@ -192,17 +192,25 @@ def _compute(d: Detected) -> dict[str, Any]:
     return out
 
 
+def as_behaving(caches: Sequence[CacheInfo], effective: EffectiveSize | None) -> list[CacheInfo]:
+    """The caches as they behave: the last level at its measured effective size where that
+    is below what the OS states (the profile's levels and the blocks both use these)."""
+    out = list(caches)
+    if effective is not None and out and effective.size < out[-1].size:
+        last = out[-1]
+        out[-1] = replace(last, size=effective.size, sets=effective.size // (max(last.ways, 1) * last.line))
+    return out
+
+
 def _effective(d: Detected, cache: CacheInfo) -> tuple[CacheInfo, str]:
-    """The level as it behaves: the last level at its measured effective size, where that
-    is below what the OS states; the note says both."""
+    """The level as it behaves (:func:`as_behaving`); the note says both sizes."""
     e = d.effective
     if e is None or cache is not d.caches[-1] or e.size >= cache.size:
         return cache, ""
-    sets = e.size // (max(cache.ways, 1) * cache.line)
     note = (f"the OS states {format_bytes(e.stated)}; a one-thread chase finds it behaving as "
             f"{format_bytes(e.size)} (latency past half-way from {format_time(e.inner)} to memory's "
             f"{format_time(e.memory)} beyond that: the level is shared with other cores and processes)")
-    return replace(cache, size=e.size, sets=sets), note
+    return as_behaving(d.caches, e)[-1], note
 
 
 def _level(d: Detected, stated: CacheInfo) -> dict[str, Any]:
@@ -281,7 +289,8 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
 def profile_table(d: Detected, ident: str = "host") -> dict[str, Any]:
     """The detected host as a profile table (format 1), every figure with its provenance."""
     mode = "quick mode (small sizes)" if d.quick else "full mode"
-    blocks_note = ("BLIS-like blocks for fp32 derived from the detected caches: "
+    blocks_note = ("BLIS-like blocks for fp32 derived from the detected caches, the last level at its measured "
+                   "size: "
                    + "; ".join(f"{k}: {v}" for k, v in d.blocks.derivation.items()))
     return {
         **_identity(d, ident),
