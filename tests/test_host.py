@@ -50,9 +50,8 @@ def test_detect_writes_the_per_call_cost_as_eager_dispatch(profile: Path) -> Non
     eager = m.dispatch.mode("eager")
     raw = json.loads(Path(str(profile) + ".json").read_text())
     assert eager.host_issue == pytest.approx(raw["per_call"], rel=1e-3) and eager.host_issue > 0
-    assert eager.device_gap == 0.0  # the core that issues also computes
-    for key in ("timing.dispatch.eager.host_issue", "timing.dispatch.eager.device_gap"):
-        assert m.provenance[key].status == "measured", key
+    assert eager.device_gap == 0.0  # the core that issues also computes: no device stream
+    assert m.provenance["timing.dispatch.eager.host_issue"].status == "measured"
     # the median over the kinds of call measured
     assert raw["per_call"] == pytest.approx(float(np.median([c["seconds"] for c in raw["calls"]])))
 

@@ -48,7 +48,7 @@ from ..units import format_byte_rate, format_bytes, format_flop_rate, format_tim
 from .probe import SYS_CPU, CacheInfo, level_geometry
 
 if TYPE_CHECKING:
-    from .measure import Detected, EffectiveSize
+    from .measure import Detected, EffectiveSize, EfficiencyCurve
 
 DETECT_SOURCE = "detect"
 _CHASE = "pointer chase, one thread, random order within 128 KiB windows (TLB-resident)"
@@ -147,7 +147,7 @@ def _notes(d: Detected) -> str:
     ])
 
 
-def _efficiency_how(c: Any) -> str:
+def _efficiency_how(c: EfficiencyCurve) -> str:
     what = "M x {o} by {o} x {o} (C = A Bt, M the dimension)" if c.shape == "mn" else \
         "{o} x K by K x {o} (C = At B, K the dimension)"
     return (f"best of the repeats of float32 numpy.matmul {what.format(o=c.other)}, all BLAS threads, against "
@@ -237,7 +237,8 @@ def _level(d: Detected, stated: CacheInfo) -> dict[str, Any]:
 
 def _dispatch(d: Detected) -> dict[str, Any] | None:
     """[timing.dispatch]: the host issues every kernel itself, one NumPy call each, at the
-    measured per-call cost; there is no device stream to gap (the core that issues computes)."""
+    measured per-call cost. ``device_gap`` is left at its default 0: there is no device
+    stream to gap (the core that issues a call also runs it), so nothing to measure."""
     if d.per_call is None:
         return None
     kinds = "; ".join(f"{c.name} {c.seconds * 1e9:.4g} ns" for c in d.calls)
@@ -247,8 +248,6 @@ def _dispatch(d: Detected) -> dict[str, Any] | None:
             "host_issue": _fig(f"{d.per_call * 1e9:.4g} ns", DETECT_SOURCE, "measured",
                                derivation=f"median over kinds of call of the best of {d.calls[0].trials} loops of "
                                           f"{d.calls[0].calls} one-element NumPy calls each: {kinds}"),
-            "device_gap": _fig("0 s", DETECT_SOURCE, "measured",
-                               derivation="the core that issues a call also runs it: no device stream"),
         },
     }
 
