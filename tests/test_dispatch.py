@@ -307,8 +307,8 @@ def test_every_accelerator_states_its_dispatch_and_in_flight_figures():
 
 
 def test_cray1_moves_fp32_elements_as_64_bit_words():
-    fp32 = run_case(Case(machine="cray-1", network="nettalk", updates="per-example", dtype="fp32"))
-    fp64_bytes = run_case(Case(machine="cray-1", network="nettalk", updates="per-example", dtype="fp32"),
+    fp32 = run_case(Case(machine="cray-1", network="nettalk", updates="per-example"))
+    fp64_bytes = run_case(Case(machine="cray-1", network="nettalk", updates="per-example"),
                           machine=load_machine("cray-1", sets={"timing.subword_float": "true"}))
     # Without sub-word floating point each 4-byte element takes a whole 8-byte word.
     assert fp32["bytes"][MEMORY] == pytest.approx(2 * fp64_bytes["bytes"][MEMORY])

@@ -53,7 +53,9 @@ def test_a_figure_is_redrawn_only_when_its_data_changed(sweep_copy, pyplot, quic
 
 
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
-    sweep_figures = [n for n in fg.NAMES if n not in ("validation", "activation_highwater")]
+    # (the validation, the high-water and the capacity sweep draw from the shipped data, not the sweep's rows)
+    sweep_figures = [n for n in fg.NAMES
+                     if n not in ("validation", "activation_highwater", "llc_capacity", "bytes_per_token")]
     written = fg.write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
     for paths in written.values():
         assert all(p.stat().st_size > 0 for p in paths)
@@ -124,3 +126,40 @@ def test_the_batch_window_turns_where_the_steps_own_bytes_say(tmp_path, pyplot, 
                          for m in model)
     svg = fg.write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
     assert "T_min" in svg
+
+
+def test_bytes_per_token_fall_as_one_over_t_except_the_activations():
+    a, b = fg.bytes_per_token_table(batches=(4, 8), dp=8)
+    assert b["tokens"] == 2 * a["tokens"]
+    for part in ("weights", "optimizer", "communication"):
+        assert b[part] == pytest.approx(a[part] / 2, rel=0.02), part  # read once per visit, shared by the batch
+    assert b["activations"] == pytest.approx(a["activations"], rel=0.01)  # every token's own
+    # the ring all-reduce: 2 (N-1)/N of 16-bit gradients, per token
+    assert a["communication"] * a["tokens"] == pytest.approx(2 * 7 / 8 * 2 * 124_439_808, rel=0.01)
+
+
+def test_the_batch_window_s_ceiling_and_floor_per_optimizer_step():
+    crit = fg.critical_batch("gpt2-small")
+    assert crit["non_embedding"] == 85_056_000  # GPT-2 small without its token and position tables
+    loss = (8.8e13 / 85_056_000) ** 0.076  # Kaplan et al. 2020, eq. 1.1
+    assert crit["b_crit"] == pytest.approx(2e8 / loss ** (1 / 0.21))  # their eq. 1.4
+    assert fg.critical_batch("nettalk") is None
+    rows = [{"machine": "h100-sxm", "name": "H100", "balance": 295.3, "network": "gpt2-small", "seq_len": 1024,
+             "dtype": "bf16"}]
+    (model,) = fg.window_model(rows)
+    assert model["t_step"] == pytest.approx(295.3 * (model["b_update"] + 3.5) / model["flops_per_token"])
+    assert model["t_min"] < model["t_step"] < model["t_opt"] < model["b_crit"]
+    assert model["t_opt"] == pytest.approx((model["t_step"] * model["b_crit"]) ** 0.5)
+
+
+def test_the_wide_network_is_drawn_beside_the_window_not_instead_of_it():
+    def row(machine, network, batch, fusion="none"):
+        return {"machine": machine, "name": machine, "kind": "gpu", "status": "ok", "updates": "minibatch",
+                "phase": "train", "checkpoint": "none", "network": network, "batch": batch, "fusion": fusion,
+                "tokens": 16 * batch, "fraction_of_peak": 0.1, "d_min": 1100.0, "seconds": 1.0}
+    rows = [row(m, "gpt2-small", b) for m in ("h100-sxm", "a100-sxm") for b in (1, 8, 64)]
+    rows += [row("h100-sxm", "gpt2-xl", b, f) for f in ("none", "full") for b in (1, 8, 64)]
+    assert {r["network"] for r in fg.window_rows(rows)} == {"gpt2-small"}
+    wide = fg.wide_window_rows(rows)
+    assert {(r["network"], r["fusion"]) for r in wide} == {("gpt2-xl", "none"), ("gpt2-xl", "full")}
+    assert all(r["d_model"] == 1600 for r in wide)

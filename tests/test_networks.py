@@ -10,7 +10,7 @@ from memwall.errors import InputError
 from memwall.networks import all_networks, load_network, network_ids
 
 IDS = ["nettalk", "family-trees", "encoder-8-3-8", "sonar", "alvinn", "lecun-1989", "affine-48x1024", "gpt2-small",
-       "gpt2-xl", "bert-large", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "deepseek-v3", "resnet-50", "llama2-7b"]
+       "gpt2-xl", "bert-base", "bert-large", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "deepseek-v3", "resnet-50", "llama2-7b"]
 
 
 def test_the_issue_ids_all_ship():
@@ -30,6 +30,7 @@ def test_the_issue_ids_all_ship():
         ("affine-48x1024", 50_331_648),
         ("gpt2-small", 124_439_808),  # the released checkpoint
         ("gpt2-xl", 1_557_611_200),
+        ("bert-base", 109_482_240),  # BertModel with vocab 30,522
         ("bert-large", 335_141_888),  # BertModel with vocab 30,522
         ("llama3-8b", 8_030_261_248),
         ("llama2-7b", 6_738_415_616),  # meta-llama/Llama-2-7b-hf

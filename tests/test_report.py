@@ -54,6 +54,8 @@ def test_report_is_self_contained(sweep_dir, pyplot, sweep_cases):
     assert {r["machine"] for r in data["rows"]} == {c.machine for c in sweep_cases}
     assert data["figures"]["roofline"]["points"] and data["figures"]["roofline"]["roofs"]
     assert data["figures"]["activation_highwater"]["live"]
+    capacity = data["figures"]["llc_capacity"]["capacity"]
+    assert capacity and sum(r["actual"] for r in capacity) == len(fg.LLC_CASES)  # each machine's own marked
 
 
 def test_prose_numbers_come_from_the_data(sweep_dir):

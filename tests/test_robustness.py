@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from probes import measurement_text
 
 from memwall.cli import main
 from memwall.data import era_data_dir
@@ -370,31 +371,16 @@ def test_replay_through_a_machine_without_cache_levels(tmp_path, capsys):
     assert "no cache levels" in one_line_error(capsys, "replay")
 
 
-def _measurement(machine: str) -> str:
-    return textwrap.dedent(f"""
-        [[measurement]]
-        id = "probe-{machine}"
-        machine = "{machine}"
-        gemm = [64, 64, 64]
-        dtype = "fp32"
-        metric = "flops"
-        value = 1e9
-        source = "a test"
-        reliability = "low"
-        notes = "a probe"
-    """)
-
-
 def test_validate_exits_non_zero_unless_every_case_was_predicted(tmp_path, capsys):
     d = tmp_path / "m"
     d.mkdir()
     assert main(["validate", "--measurements", str(d)]) == 2
     assert "no measurement" in one_line_error(capsys, "validate")
-    (d / "a.toml").write_text(_measurement("no-such-machine"))
+    (d / "a.toml").write_text(measurement_text("no-such-machine"))
     assert main(["validate", "--measurements", str(d)]) == 1
     err = capsys.readouterr().err
     assert "probe-no-such-machine (unknown machine)" in err and "1 of 1 cases not predicted" in err
-    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    (d / "a.toml").write_text(measurement_text("h100-sxm"))
     assert main(["validate", "--measurements", str(d)]) == 0
 
 
@@ -407,7 +393,7 @@ def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(v, "default_predictor", lambda: boom)
     d = tmp_path / "m"
     d.mkdir()
-    (d / "a.toml").write_text(_measurement("h100-sxm"))
+    (d / "a.toml").write_text(measurement_text("h100-sxm"))
     assert main(["validate", "--measurements", str(d)]) == 1
     assert "probe-h100-sxm (error): OverflowError" in capsys.readouterr().err
 
@@ -569,3 +555,126 @@ def test_sweep_max_lookups_fails_the_case_with_the_estimate(tmp_path, capsys):
     assert rows[0]["status"] == "error" and "line lookups" in rows[0]["error"] and "--max-lookups" in rows[0]["error"]
     capsys.readouterr()
     assert main(argv) == 0  # the default limit lets it run, and the failed case is run again
+
+
+# --------------------------------------------------------------------------------------
+# A dtype the machine lacks (item 11), bases outside the profile's folders (item 12),
+# geometry the engine cannot build (item 4), heads that do not divide d_model (item 11)
+
+
+def test_a_dtype_the_machine_lacks_is_refused_naming_its_dtypes(capsys):
+    argv = ["inspect", "--machine", OLD, "--network", "nettalk", "--dtype", "bf16"]
+    assert main(argv) == 2
+    line = one_line_error(capsys, "inspect")
+    assert "--dtype" in line and "fp32, fp64" in line and "--allow-fallback" in line
+    assert main([*argv, "--allow-fallback", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["dtype_fallback"] == {"requested": "bf16", "used": "fp32"}
+    assert any("no bf16 arithmetic" in w for w in result["warnings"])
+
+
+def test_a_network_s_own_dtype_falls_back_with_a_warning(capsys):
+    # nettalk trains in fp32; the Cray-1 has only 64-bit floating point. Nobody asked for
+    # fp32, so this is no error, but the result says what ran.
+    assert main(["inspect", "--machine", "cray-1", "--network", "nettalk", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["dtype_fallback"] == {"requested": "fp32", "used": "fp64"}
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "nettalk", "--json"]) == 0
+    assert "dtype_fallback" not in json.loads(capsys.readouterr().out)
+
+
+def test_sweep_fails_a_case_whose_dtype_the_machine_lacks_unless_allowed(tmp_path, capsys):
+    argv = ["sweep", "--machines", f"{OLD},h100-sxm", "--networks", "nettalk", "--batches", "1",
+            "--dtype", "bf16", "--no-progress", "--no-figures", "--jobs", "1", "--out", str(tmp_path / "s")]
+    assert main(argv) == 1
+    rows = {r["machine"]: r for r in json.loads((tmp_path / "s" / "results.json").read_text())["rows"]}
+    assert rows[OLD]["status"] == "error" and "--allow-fallback" in rows[OLD]["error"]
+    assert rows["h100-sxm"]["status"] == "ok"
+    capsys.readouterr()
+    assert main([*argv, "--allow-fallback"]) == 0
+
+
+def _child_profile(folder: Path, base: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "child.toml"
+    path.write_text(f'format_version = 1\nid = "child"\nname = "Child"\nyear = 2022\nkind = "gpu"\nbase = "{base}"\n')
+    return path
+
+
+@pytest.mark.parametrize("where", ["absolute", "above", "not toml"])
+def test_a_base_outside_the_profile_s_folders_is_not_opened(tmp_path, capsys, monkeypatch, where):
+    shipped = (era_data_dir() / "machines" / "h100-sxm.toml").read_text()
+    outside = tmp_path / "outside.toml"
+    outside.write_text(shipped.replace('id = "h100-sxm"', 'id = "outside"'))
+    base = {"absolute": str(outside), "above": "../outside.toml", "not toml": "../../../../etc/passwd"}[where]
+    child = _child_profile(tmp_path / "mine", base)
+    monkeypatch.delenv("MEMWALL_PROFILE_PATH", raising=False)
+    opened = []
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (opened.append(self), real_read(self, *a, **k))[1])
+    assert main(["machines", "validate", str(child)]) == 1
+    said = "".join(capsys.readouterr())
+    assert "field 'base'" in said and "read only from there" in said and "does not exist" not in said
+    assert outside not in opened
+    if where != "not toml":  # a folder named in $MEMWALL_PROFILE_PATH is trusted
+        monkeypatch.setenv("MEMWALL_PROFILE_PATH", str(tmp_path))
+        assert main(["machines", "validate", str(child)]) == 0
+
+
+def test_a_base_inside_the_profile_s_folder_tree_is_read(tmp_path, capsys):
+    shipped = (era_data_dir() / "machines" / "h100-sxm.toml").read_text()
+    (tmp_path / "mine" / "common").mkdir(parents=True)
+    (tmp_path / "mine" / "common" / "gpu.toml").write_text(shipped.replace('id = "h100-sxm"', 'id = "gpu"'))
+    child = _child_profile(tmp_path / "mine", "common/gpu.toml")
+    assert main(["machines", "validate", str(child)]) == 0
+
+
+@pytest.mark.parametrize("edit, field", [
+    (('value = "50 MiB"', 'value = "1e30 B"'), "level[L2].size"),
+    (("tile_m = 128", "tile_m = 9223372036854775807"), "schedule.tile_m"),
+    (("units = { value = 132,", "units = { value = 4611686018427387904,"), "schedule.units"),
+])
+def test_geometry_the_engine_cannot_build_is_refused_by_validate(tmp_path, capsys, edit, field):
+    text = (era_data_dir() / "machines" / "h100-sxm.toml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "odd.toml"
+    path.write_text(text.replace('id = "h100-sxm"', 'id = "odd"').replace(*edit))
+    assert main(["machines", "validate", str(path)]) == 1
+    assert f"field '{field}'" in "".join(capsys.readouterr())
+    assert main(["inspect", "--machine", str(path), "--network", "nettalk"]) == 2
+    assert f"field '{field}'" in one_line_error(capsys, "inspect")
+
+
+def test_a_level_the_host_cannot_hold_is_an_input_error_naming_it(monkeypatch):
+    from memwall import _csim, engine
+    from memwall.errors import InputError
+    from memwall.levels import LevelSpec
+
+    def refuse(levels, classify=False):
+        raise MemoryError(f"cannot allocate level {levels[-1]['name']!r}")
+
+    monkeypatch.setattr(_csim, "Engine", refuse)
+    with pytest.raises(InputError, match=r"cannot allocate level 'L2'.*16 B of host memory per simulated line"):
+        engine.Hierarchy([LevelSpec("L1", 32 << 10, 64, 8), LevelSpec("L2", 160 << 30, 128, 16)])
+
+
+def test_a_head_width_that_would_be_truncated_is_refused(tmp_path, capsys):
+    text = (era_data_dir() / "networks" / "gpt2-small.toml").read_text()
+    assert "heads = 12" in text
+    bad = tmp_path / "odd-heads.toml"
+    bad.write_text(text.replace('id = "gpt2-small"', 'id = "odd-heads"').replace("heads = 12", "heads = 7"))
+    assert main(["networks", "validate", str(bad)]) == 1
+    said = "".join(capsys.readouterr())
+    assert "transformer.heads" in said and "not a multiple of heads 7" in said
+    bad.write_text(bad.read_text().replace("heads = 7", "heads = 7\nd_head = 64"))  # said outright: fine
+    assert main(["networks", "validate", str(bad)]) == 0
+
+
+def test_the_sweep_refuses_a_case_over_the_limit_before_any_worker_runs(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(sw, "_run_here", lambda feeder, *a, **k: ran.append(feeder))
+    monkeypatch.setattr(sw, "_run_local", lambda feeder, *a, **k: ran.append(feeder))
+    result = sweep(tmp_path / "s", sw.product([OLD], ["nettalk"], [64]), max_lookups=1000)
+    assert not ran
+    (row,) = result.rows
+    assert row["status"] == "error" and "line lookups" in row["error"] and "--max-lookups" in row["error"]

@@ -205,3 +205,13 @@ def test_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys, argv, messa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("memwall sweep: error:") and message in err[0]
     assert not out.exists()
+
+
+def test_rows_say_whether_the_weights_fit_on_chip():
+    from memwall.simulate import run_case
+
+    small = Case("h100-sxm", "nettalk")  # 74 kB of weights against a 50 MiB L2
+    large = Case("h100-sxm", "gpt2-small", seq_len=8, phase="forward")  # 249 MB of them
+    cray = Case("cray-1", "nettalk")  # 8 x 64 words of vector registers: nothing stays on chip
+    rows = [sw.make_row(c, run_case(c), None) for c in (small, large, cray)]
+    assert [r["weights_on_chip"] for r in rows] == [True, False, False]

@@ -263,3 +263,18 @@ def test_real_simulator_on_fast_shipped_cases() -> None:
         if r.status == "ok":
             assert r.predicted and r.predicted > 0 and r.bound
     summarize(results)
+
+
+def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path) -> None:
+    from probes import measurement_text
+
+    from memwall.experiments.validate import write_validation
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "two.toml").write_text("".join(measurement_text(m, 256, 1e10) for m in ("v100-sxm2", "a100-sxm", "vax-11-780")))
+    write_validation(tmp_path / "one", folder, jobs=1)
+    write_validation(tmp_path / "two", folder, jobs=2)
+    assert len(list((tmp_path / "two" / "validation" / "cases").glob("*.json"))) == 3
+    one, two = ((tmp_path / d / "validation.json").read_text() for d in ("one", "two"))
+    assert one == two and json.loads(two)["summary"]["cases"] == 3

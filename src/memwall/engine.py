@@ -158,6 +158,12 @@ class HierarchyCounters:
             "accesses": self.accesses,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HierarchyCounters:
+        """The inverse of :meth:`as_dict` (a stored replay read back)."""
+        return cls([LevelCounters(**lv) for lv in data["levels"]], MemoryCounters(**data["memory"]),
+                   data["accesses"])
+
 
 def _as_level(item: LevelSpec | Mapping[str, Any]) -> LevelSpec:
     if isinstance(item, LevelSpec):
@@ -225,7 +231,7 @@ class Hierarchy:
         check_levels(specs)
         self.levels: tuple[LevelSpec, ...] = tuple(specs)
         self.classify = bool(classify)
-        self._engine = _csim.Engine([_engine_level(lv) for lv in specs], self.classify)
+        self._engine = _new_engine([_engine_level(lv) for lv in specs], self.classify)
 
     @classmethod
     def from_file(cls, path: str | Path, classify: bool = False) -> Hierarchy:
@@ -325,7 +331,7 @@ class CapacitySweep(Hierarchy):
         self.levels = tuple(specs[: i + 1])
         self.classify = False
         deepest = dataclasses.replace(target, size=target.sets * max_ways * target.line, ways=max_ways)
-        self._engine = _csim.Engine([_engine_level(lv) for lv in specs[:i]] + [{**_engine_level(deepest), "stack": True}])
+        self._engine = _new_engine([_engine_level(lv) for lv in specs[:i]] + [{**_engine_level(deepest), "stack": True}])
 
     def __repr__(self) -> str:
         return (f"CapacitySweep({self.level_name}: {self.sets} sets x 1..{self.max_ways} ways x {self.line} B, "
@@ -387,6 +393,16 @@ def _check_sweepable(lv: LevelSpec, below: Sequence[LevelSpec]) -> None:
                 f"traffic back into '{lv.name}' depends on the size swept",
                 field=f"level[{b.name}].inclusion",
             )
+
+
+def _new_engine(levels: list[dict[str, Any]], classify: bool = False) -> Any:
+    """The C engine, or an InputError naming the level whose tag store the host cannot hold."""
+    try:
+        return _csim.Engine(levels, classify)
+    except MemoryError as err:
+        lines = ", ".join(f"{lv['name']} {lv['size'] // lv['line']:.3g} lines" for lv in levels)
+        raise InputError(f"{err}: the engine keeps about 16 B of host memory per simulated line ({lines})",
+                         field="size") from None
 
 
 def _engine_level(lv: LevelSpec) -> dict[str, Any]:

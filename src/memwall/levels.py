@@ -25,6 +25,10 @@ POLICIES = ("lru", "fifo", "random", "plru")
 WRITE_POLICIES = ("back-allocate", "through-noallocate")
 INCLUSIONS = ("none", "inclusive", "exclusive")
 STATUSES = FIGURE_STATUSES
+# The largest level the engine simulates: it keeps a tag for every line, touched lazily,
+# and indexes lines with 64-bit counters. 256 TiB is about 4000x the largest cache built
+# (a wafer's SRAM is tens of GB); beyond it a size is a typing error, not a machine.
+MAX_LEVEL_BYTES = 1 << 48
 
 
 def _ways(value: Any, context: dict[str, Any]) -> int | str:
@@ -129,6 +133,9 @@ def check_geometry(name: str, size: int, line: int, ways: int, policy: str) -> N
         raise InputError(f"ways of level '{name}' must be positive, got {ways}", field="ways")
     if size <= 0:
         raise InputError(f"size of level '{name}' must be positive, got {size}", field="size")
+    if size > MAX_LEVEL_BYTES:
+        raise InputError(f"size {size:.3g} B of level '{name}' is beyond what the engine simulates "
+                         f"(at most {MAX_LEVEL_BYTES} B = 256 TiB)", field="size")
     if size % (ways * line):
         raise InputError(
             f"size {size} B of level '{name}' is not sets x ways x line: "

@@ -525,6 +525,9 @@ def _transformer(v: dict[str, Any], kind: str, problems: Problems) -> dict[str, 
     d = {("n_layers" if k == "layers" else k): x for k, x in v.items() if k not in ("moe", "mla")}
     d["kv_heads"] = v.get("kv_heads", v["heads"])
     d["d_head"] = v.get("d_head", v["d_model"] // v["heads"])
+    if "d_head" not in v and v["d_model"] % v["heads"]:
+        problems.add(f"d_model {v['d_model']} is not a multiple of heads {v['heads']}: the head width would be "
+                     f"truncated to {d['d_head']}; give d_head to say what the network uses", "transformer.heads")
     d["max_positions"] = v.get("max_positions", v["seq_len"]) if v["positions"] == "learned" else 0
     if v["heads"] % d["kv_heads"]:
         problems.add(f"must divide heads ({v['heads']})", "transformer.kv_heads")

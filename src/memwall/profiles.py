@@ -17,6 +17,7 @@ the first; :func:`check_file` adds the warnings (figures that are legal but impl
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +250,11 @@ TIMING = Table("[timing]", (
 ), doc="The timing model and its parameters (each applies to one model).")
 
 _BLOCKED, _TILED = ("family", ("blocked",)), ("family", ("tiled",))
+# Bounds the loop nests can index (element counts are 64-bit products of these): far
+# above any machine's (a tile side of 256, a million cores on a wafer), so only a typing
+# error meets them.
+MAX_TILE = 1 << 20
+MAX_UNITS = 1 << 32
 SCHEDULE = Table("[schedule]", (
     Field("family", "word", "how kernels are lowered to loops", required=True, choices=SCHEDULE_FAMILIES,
           noun="schedule family"),
@@ -258,17 +264,17 @@ SCHEDULE = Table("[schedule]", (
           required=True, minimum=0, figure="optional", when=("family", ("vector",))),
     Field("micro_tile", "ints", "register micro-tile `[mr, nr]` in elements", required=True, parse=_pair,
           figure="optional", when=_BLOCKED),
-    Field("kc", "int", "depth of the L1 panel in elements", required=True, minimum=1, figure="optional",
+    Field("kc", "int", "depth of the L1 panel in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional",
           when=_BLOCKED),
-    Field("mc", "int", "rows of the L2 block in elements", required=True, minimum=1, figure="optional",
+    Field("mc", "int", "rows of the L2 block in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional",
           when=_BLOCKED),
-    Field("nc", "int", "columns of the L3 block in elements", required=True, minimum=1, figure="optional",
+    Field("nc", "int", "columns of the L3 block in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional",
           when=_BLOCKED),
-    Field("tile_m", "int", "rows of a tile in elements", required=True, minimum=1, figure="optional", when=_TILED),
-    Field("tile_n", "int", "columns of a tile in elements", required=True, minimum=1, figure="optional",
+    Field("tile_m", "int", "rows of a tile in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional", when=_TILED),
+    Field("tile_n", "int", "columns of a tile in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional",
           when=_TILED),
-    Field("tile_k", "int", "depth of a tile in elements", required=True, minimum=1, figure="optional", when=_TILED),
-    Field("units", "int", "SMs / TensorCores / cores / FPAs running tiles concurrently", required=True, minimum=1,
+    Field("tile_k", "int", "depth of a tile in elements", required=True, minimum=1, maximum=MAX_TILE, figure="optional", when=_TILED),
+    Field("units", "int", "SMs / TensorCores / cores / FPAs running tiles concurrently", required=True, minimum=1, maximum=MAX_UNITS,
           figure="optional", when=_TILED),
     Field("staging", "text", "name of the software-managed level tiles are staged in", required=True,
           figure="optional", when=_TILED),
@@ -282,7 +288,8 @@ PROFILE = Table("machine profile", (
     Field("format_version", "int", f"the profile format this file is written in (write format_version = "
           f"{FORMAT_VERSION}); another version is refused with the list of changes", required=True,
           parse=_format_version),
-    Field("base", "text", "id of a shipped profile (or a sibling file's id, or a path to a `.toml`) this file "
+    Field("base", "text", "id of a shipped profile (or a sibling file's id, or a path to a `.toml` in this file's "
+          "folder tree, the shipped profiles' folder or a folder of `$MEMWALL_PROFILE_PATH`) this file "
           "extends. Tables merge key by key; `[[level]]` replaces the whole list; `id`, `name` and `notes` are "
           "never inherited. A missing base or a cycle of bases is refused"),
     Field("id", "text", "lowercase kebab-case, unique; the file name without `.toml`", required=True, parse=_kebab),
@@ -471,10 +478,33 @@ class Machine:
 # Loading
 
 
+# Folders (os.pathsep-separated) besides a profile's own folder tree and the shipped
+# profiles' from which a ``base`` path may be read.
+PROFILE_PATH_ENV = "MEMWALL_PROFILE_PATH"
+
+
+def base_folders(child: Path) -> list[Path]:
+    """Where a ``base`` given as a path may lie: the child profile's own folder and those
+    below it, the shipped profiles' folder, and each folder in ``$MEMWALL_PROFILE_PATH``.
+    Nothing else is opened, so a profile cannot make memwall read (or confirm the
+    existence of) an arbitrary file."""
+    from .data import era_data_dir
+
+    extra = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    return [p.resolve() for p in (child.parent, era_data_dir() / "machines", *extra)]
+
+
 def _resolve_base(base: str, child: Path) -> Path:
-    """A base names a shipped id, a sibling file's id, or a path to a .toml file."""
-    if base.endswith(".toml") or "/" in base:
+    """A base names a shipped id, a sibling file's id, or a path to a .toml file inside
+    :func:`base_folders`."""
+    if base.endswith(".toml") or "/" in base or os.sep in base:
         candidate = (child.parent / base).resolve()
+        folders = base_folders(child)
+        if candidate.suffix != ".toml" or not any(candidate.is_relative_to(f) for f in folders):
+            raise InputError(
+                f"base {base!r} is not a .toml file in this profile's folder tree, the shipped profiles or "
+                f"${PROFILE_PATH_ENV}; a base is read only from there ({', '.join(map(str, folders))})",
+                field="base")
         if not candidate.is_file():
             raise InputError(f"base profile file {base!r} does not exist", field="base")
         return candidate

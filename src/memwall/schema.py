@@ -415,11 +415,16 @@ def _bounds(f: Field, value: Any, raw: Any) -> None:
     if not math.isfinite(value):
         raise InputError(f"{raw!r} overflows to infinity")
     if f.minimum is not None and value < f.minimum:
-        raise InputError(f"must be at least {f.minimum:g}, got {value!r}")
+        raise InputError(f"must be at least {_bound(f.minimum)}, got {value!r}")
     if f.above is not None and value <= f.above:
         raise InputError(f"must be {'positive' if f.above == 0 else f'above {f.above:g}'}, got {value!r}")
     if f.maximum is not None and value > f.maximum:
-        raise InputError(f"must be at most {f.maximum:g}, got {value!r}")
+        raise InputError(f"must be at most {_bound(f.maximum)}, got {value!r}")
+
+
+def _bound(x: float) -> str:
+    """A bound as a person reads it: 1048576, not 1.04858e+06."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 def _is_int(value: Any) -> bool:
@@ -507,7 +512,7 @@ def _type_doc(f: Field) -> str:
         text = {"text": "string", "str": "string", "number": "number", "ints": "list of integers",
                 "mapping": "key = \"text\""}.get(f.type, f.type)
     extra = [f"≥ {f.minimum:g}" if f.minimum is not None else "", "> 0" if f.above == 0 else "",
-             f"≤ {f.maximum:g}" if f.maximum is not None else "",
+             f"≤ {_bound(f.maximum)}" if f.maximum is not None else "",
              {"optional": "figure", "required": "figure, provenance required"}.get(f.figure, "")]
     shown = ", ".join(x for x in extra if x)
     return text + (f" ({shown})" if shown else "")

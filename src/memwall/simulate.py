@@ -12,14 +12,17 @@ recomputation) and HFU (every FLOP run), and the seed model's ``a`` and ``d_min`
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from .engine import Hierarchy, HierarchyCounters
 from .errors import InputError
 from .networks import load_network
 from .profiles import Machine, load_machine
+from .seed import seed_for
 from .streams import LoopNest
 from .timing import (
     COMPUTE,
@@ -29,6 +32,7 @@ from .timing import (
     StepTiming,
     apply_dispatch,
     arithmetic_rate,
+    rate_dtype,
     time_kernel,
     traffic_from_counters,
     word_widening,
@@ -198,12 +202,12 @@ def check_cost(plan: ReplayPlan, max_lookups: int | None, *, exact: bool = False
         return
     hint = "" if exact else " (already sampled: see docs/timing.md)"
     raise InputError(
-        f"this step would replay {plan.lookups:.3g} line lookups{hint}, about {_duration(plan.seconds)} "
+        f"this step would replay {plan.lookups:.3g} line lookups{hint}, about {duration(plan.seconds)} "
         f"at ~{ENGINE_RATE / 1e6:.0f} M lookups/s; the limit is {limit:.3g}: pass --max-lookups "
         f"{_round_up(plan.lookups)} to run it anyway", field="--max-lookups")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
         if seconds >= 2 * size:
             return f"{seconds / size:.3g} {unit}"
@@ -250,46 +254,46 @@ def _pieces(nest: LoopNest, limit: int, line: int) -> Iterator[LoopNest]:
 
 
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
-                  progress: Callable[[int], Any] | None = None, dispatch: str | None = None) -> StepTiming:
+                  progress: Callable[[int], Any] | None = None, dispatch: str | None = None,
+                  counters: list[HierarchyCounters] | None = None) -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
     What is replayed (warm-up pass, sampling) is :func:`plan_replay`'s; ``progress``, if
     given, is called with the line lookups of each piece as it finishes. ``dispatch``
-    names the mode kernels are issued in (None: the profile's default).
+    names the mode kernels are issued in (None: the profile's default). ``counters``,
+    if given, are a replay of this step on a machine with the same :func:`engine_fields`
+    (:func:`replay_step`'s answer), used instead of replaying again.
     """
     plan = plan or plan_replay(machine, step, exact=exact)
-    hierarchy = Hierarchy(machine.cache_levels)
+    if counters is None:
+        counters = replay_step(machine, plan, progress)
     timings: list[KernelTiming] = []
-    for last in [p == plan.passes - 1 for p in range(plan.passes)]:
-        for kernel, low, replays in zip(step.kernels, plan.lowered, plan.replays, strict=True):
-            counts = _replay(hierarchy, replays, plan.line, progress)
-            if not last:
-                continue
-            reads, writes, nbytes, inner = _demand(low)
-            traffic = traffic_from_counters(
+    for kernel, low, counts in zip(step.kernels, plan.lowered, counters, strict=True):
+        reads, writes, nbytes, inner = _demand(low)
+        traffic = traffic_from_counters(
+            machine,
+            counts,
+            demand_reads=reads,
+            demand_writes=writes,
+            demand_bytes=nbytes,
+            inner_iterations=inner,
+            vector_instructions=low.vector_instructions,
+            parallel_units=low.parallel_units,
+        )
+        timings.append(
+            time_kernel(
                 machine,
-                counts,
-                demand_reads=reads,
-                demand_writes=writes,
-                demand_bytes=nbytes,
-                inner_iterations=inner,
-                vector_instructions=low.vector_instructions,
-                parallel_units=low.parallel_units,
+                name=kernel.name,
+                phase=kernel.phase,
+                op=kernel.op,
+                dtype=kernel.dtype,
+                flops=kernel.flops,
+                ops=dict(kernel.ops),
+                traffic=traffic,
+                repeat=kernel.repeat,
+                dims=kernel.dims,
             )
-            timings.append(
-                time_kernel(
-                    machine,
-                    name=kernel.name,
-                    phase=kernel.phase,
-                    op=kernel.op,
-                    dtype=kernel.dtype,
-                    flops=kernel.flops,
-                    ops=dict(kernel.ops),
-                    traffic=traffic,
-                    repeat=kernel.repeat,
-                    dims=kernel.dims,
-                )
-            )
+        )
     return StepTiming(
         machine=machine,
         kernels=timings,
@@ -300,6 +304,58 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
         peak=arithmetic_rate(machine, step.config.dtype, "gemm"),
         dispatch=apply_dispatch(machine, timings, step.iterations, dispatch),
     )
+
+
+def replay_step(machine: Machine, plan: ReplayPlan,
+                progress: Callable[[int], Any] | None = None) -> list[HierarchyCounters]:
+    """The counters each kernel adds on the plan's last pass (the earlier ones warm the
+    caches): the engine's whole answer for a step, which depends on the machine only
+    through :func:`engine_fields`."""
+    hierarchy = Hierarchy(machine.cache_levels)
+    counters: list[HierarchyCounters] = []
+    for p in range(plan.passes):
+        counts = [_replay(hierarchy, replays, plan.line, progress) for replays in plan.replays]
+        if p == plan.passes - 1:
+            counters = counts
+    return counters
+
+
+def engine_fields(machine: Machine) -> dict[str, Any]:
+    """The parts of a profile that reach the engine: each simulated level's geometry
+    and policies, and the schedule that lowers kernels to streams. Bandwidths,
+    latencies, peak rates, dispatch costs and the word size act only in the timing, so
+    machines that differ only in those (a synthetic bandwidth sweep; an H200 beside an
+    H100) replay a step identically and may share one replay."""
+    return {
+        "levels": [[lv.name, lv.size, lv.line, lv.ways, lv.policy, lv.write, lv.inclusion, lv.seed]
+                   for lv in machine.cache_levels],
+        "schedule": [machine.schedule.family,
+                     {k: v for k, v in sorted(machine.schedule.params.items()) if k not in TIMING_ONLY_SCHEDULE}],
+    }
+
+
+# Schedule fields read by the timing only, never by lowering.
+TIMING_ONLY_SCHEDULE = ("bytes_in_flight", "note")
+
+
+def replay_key(machine: Machine, case: Case, *, exact: bool = False) -> str:
+    """What a case's replay depends on, hashed: the model version (engine, lowering and
+    workload code), the machine's :func:`engine_fields` and every case option that shapes
+    the step (all but the machine and the dispatch mode, which acts in the timing)."""
+    from . import MODEL_VERSION
+
+    shape = {k: v for k, v in case.as_dict().items() if k not in ("machine", "dispatch")}
+    text = json.dumps({"model": MODEL_VERSION, "engine": engine_fields(machine), "case": shape, "exact": exact},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class ReplayCache(Protocol):
+    """Replays kept by :func:`replay_key` (a dict, or the sweep's store of them)."""
+
+    def get(self, key: str) -> list[HierarchyCounters] | None: ...
+
+    def put(self, key: str, counters: list[HierarchyCounters]) -> None: ...
 
 
 def _footprint(kernel: Kernel) -> int:
@@ -515,11 +571,14 @@ def _per_step(case: Case, step: Step, timing: StepTiming) -> dict:
 
 
 def _seed(step: Step, machine: Machine) -> dict:
-    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine."""
+    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine
+    (at its primary dtype's balance), and under ``seed`` the whole back-of-the-envelope
+    estimate of the step at the step's own dtype (:mod:`memwall.seed`)."""
     traffic = activation_traffic(step)
+    out = {"seed": seed_for(step, machine, arithmetic_rate(machine, step.config.dtype, "gemm"))}
     if traffic is None:
-        return {"a": None, "d_min": None}
-    return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance())}
+        return {"a": None, "d_min": None, **out}
+    return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance()), **out}
 
 
 
@@ -545,8 +604,26 @@ def _warnings(machine: Machine, step: Step, ledger: dict, fits: bool) -> list[st
     return out
 
 
+def dtype_fallback(machine: Machine, step: Step, *, asked: bool, allow: bool) -> dict | None:
+    """None if the machine runs the step's products in their own dtype; else what runs
+    instead, with the warning to show. A dtype the user ``asked`` for is refused unless
+    ``allow``: a machine without bf16 does not silently become an fp32 run."""
+    dtype = step.kernels[0].dtype if step.kernels else None
+    if dtype is None or machine.peak_flops.get(dtype):
+        return None
+    used = rate_dtype(machine, dtype)
+    said = (f"{machine.id} has no {dtype} arithmetic (it states {', '.join(sorted(machine.peak_flops))})")
+    if asked and not allow:
+        raise InputError(f"{said}; choose one of those, or pass --allow-fallback to run the products at "
+                         f"its {used} rate", field="--dtype")
+    return {"requested": dtype, "used": used,
+            "warning": f"{said}: the products run at its {used} rate"
+                       + ("" if word_widening(machine, dtype) > 1 else f"; the data move as {dtype}")}
+
+
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
-             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None) -> dict:
+             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None,
+             allow_fallback: bool = False, replays: ReplayCache | None = None) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
     (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
     of every nest instead of sampling the large ones.
@@ -554,12 +631,25 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     Before any replay the cost is estimated (:func:`plan_replay`) and a case over
     ``max_lookups`` line lookups (None: :data:`MAX_LOOKUPS`) is refused with an
     InputError giving the estimate. ``progress(done, total)``, if given, is called as
-    pieces of the replay finish, in line lookups."""
+    pieces of the replay finish, in line lookups.
+
+    A ``case.dtype`` the machine states no rate for is refused, naming the machine's
+    dtypes, unless ``allow_fallback``; then, as for a network's own dtype (which is not
+    asked for), the products run at the fallback's rate with a warning and
+    ``dtype_fallback`` in the result.
+
+    ``replays``, if given, is asked for this case's replay (:func:`replay_key`) before
+    the engine runs and given it after: cases that differ only in what the engine never
+    sees (bandwidths, latencies, peaks, dispatch) replay once."""
     if machine is None:
         machine = load_machine(case.machine)
     step = build_case_step(case)
+    fallback = dtype_fallback(machine, step, asked=case.dtype is not None, allow=allow_fallback)
     plan = plan_replay(machine, step, exact=exact)
-    check_cost(plan, max_lookups, exact=exact)
+    key = replay_key(machine, case, exact=exact) if replays is not None else ""
+    counters = replays.get(key) if replays is not None else None
+    if counters is None:
+        check_cost(plan, max_lookups, exact=exact)
     tick = None
     if progress is not None:
         done = 0
@@ -569,9 +659,16 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
             done += n
             progress(done, plan.lookups)
 
-    timing = simulate_step(machine, step, plan=plan, progress=tick, dispatch=case.dispatch)
+    if counters is None:
+        counters = replay_step(machine, plan, tick)
+        if replays is not None:
+            replays.put(key, counters)
+    timing = simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters)
     timing = accumulated(timing, step.config.accumulate)
     result = result_dict(case, step, timing)
+    if fallback is not None:
+        result["warnings"].append(fallback.pop("warning"))
+        result["dtype_fallback"] = fallback
     result.update(_per_step(case, step, timing))
     result.update(_seed(step, machine))
     if step.config.serving:

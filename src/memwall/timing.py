@@ -181,13 +181,19 @@ def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
             if rate:
                 return rate
     if op not in MATRIX_OPS and machine.kind in ("gpu", "tpu", "wafer"):
-        order: Sequence[str] = ("fp32", dtype, machine.primary_dtype)
-    else:
-        order = (*DTYPE_FALLBACK.get(dtype, (dtype,)), machine.primary_dtype)
-    for d in order:
-        rate = machine.peak_flops.get(d)
-        if rate:
-            return rate
+        for d in ("fp32", dtype, machine.primary_dtype):
+            if machine.peak_flops.get(d):
+                return machine.peak_flops[d]
+    return machine.peak_flops[rate_dtype(machine, dtype)]
+
+
+def rate_dtype(machine: Machine, dtype: str) -> str:
+    """The dtype whose ``[compute]`` rate runs a product in ``dtype``: itself where the
+    machine states it, else the first of its fallbacks (:data:`DTYPE_FALLBACK`) that it
+    does, else the machine's primary dtype."""
+    for d in (*DTYPE_FALLBACK.get(dtype, (dtype,)), machine.primary_dtype):
+        if machine.peak_flops.get(d):
+            return d
     raise InputError(f"machine '{machine.id}' states no arithmetic rate for {dtype}")
 
 

@@ -35,6 +35,11 @@ DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int
 INFERENCE_DTYPES: tuple[str, ...] = (*TRAINING_DTYPES, "fp8", "int8")
 # Weight-only quantization (weights stored narrow, dequantized in the product) and KV cache types.
 WEIGHT_DTYPES: tuple[str, ...] = ("int8", "int4", "fp8")
+# Weight types stored with a scale a group of weights along the input dimension, as GPTQ
+# and AWQ int4 checkpoints are: (weights a group, bytes a scale: fp16). Symmetric: no zero
+# point is stored. int8 (a scale a channel) and fp8 (a scale a tensor) add no bytes worth
+# counting.
+WEIGHT_GROUP_SCALES: dict[str, tuple[int, int]] = {"int4": (128, 2)}
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4")
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers

@@ -59,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default=None,
                    help=f"{' | '.join(TRAINING_DTYPES)}; inference also fp8 | int8 (default: the network's own; "
                         "fp32 for --gemm)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="run a --dtype the machine has no arithmetic for at the rate of its nearest dtype "
+                        "(bf16 -> fp16 -> fp32 ...), with a warning and 'dtype_fallback' in the JSON; "
+                        "without it such a --dtype is refused")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
     add_training_arguments(p)
     p.add_argument("--exact", action="store_true",
@@ -156,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
                 bar.total = total
             bar.update(done - bar.n)
 
-        result = run_case(case, machine=machine, exact=args.exact, max_lookups=args.max_lookups, progress=progress)
+        result = run_case(case, machine=machine, exact=args.exact, max_lookups=args.max_lookups, progress=progress,
+                          allow_fallback=args.allow_fallback)
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
@@ -173,7 +178,7 @@ def _crossover(case: object, args: argparse.Namespace) -> int:
     assert isinstance(case, Case)
     if case.phase != "decode":
         raise InputError("--crossover is a decode question: give --phase decode", field="--crossover")
-    out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact))
+    out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact, allow_fallback=args.allow_fallback))
     if args.json:
         print_json(out)
         return 0

@@ -76,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-lookups", type=_count, default=None, metavar="N",
                    help="a case whose replay needs more than N line lookups fails with the estimate "
                         "instead of running (default: about ten minutes of replay per case)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="run a --dtype a machine has no arithmetic for at its nearest dtype's rate, with a "
+                        "warning in the case's result (without it such a case fails, naming the machine's dtypes)")
     p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                           allow_remote_scheduler=args.allow_remote_scheduler,
-                          max_lookups=args.max_lookups,
+                          max_lookups=args.max_lookups, allow_fallback=args.allow_fallback,
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
     shared = f", {result.shared} computed by another sweep in the same folder" if result.shared else ""

@@ -29,7 +29,7 @@ GHOLAMI = {"peak": 3.0, "bandwidth": 1.6}
 GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 NAMES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode")
+         "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity", "bytes_per_token")
 TITLES = {
     "balance_drift": "1. Balance drift: machine balance against year",
     "regime_flip": "2. The regime flip: stall fraction against machine balance",
@@ -41,7 +41,13 @@ TITLES = {
     "roofline": "8. Roofline explorer: every kernel of a step under the machine's roofs",
     "activation_highwater": "9. Activation high-water: live bytes by tensor class over the step",
     "decode": "10. Decode: tokens per second against batch, at a short and a long context",
+    "llc_capacity": "11. Cache each network needs: main-memory bytes against last-level capacity",
+    "bytes_per_token": "13. Bytes per token: weights, optimizer, communication and activations against batch",
+    "gholami": "12. Gholami's case study, simulated: encoders against a decoder over sequence length",
 }
+# Figures drawn only when named (``write_figures(..., only=[...])``): they simulate cases
+# of their own rather than read a sweep's, so a sweep does not pay for them unasked.
+OPT_IN = ("gholami",)
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
 STALL_COLOURS = ["#c44e52", "#dd8452", "#937860", "#8172b3", "#da8bc3", "#8c8c8c", "#ccb974"]
@@ -68,6 +74,17 @@ def _sources(extra: str = "") -> str:
 def _finish(fig, note: str) -> None:
     fig.text(0.01, 0.005, note, fontsize=6.5, color="#555555", ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
+
+
+def _log_log(ax, xlabel: str, ylabel: str, title: str, legend: str = "best") -> None:
+    """Log-log axes with their labels, title, grid and a small legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc=legend)
 
 
 def _empty(name: str, needs: str):
@@ -284,7 +301,12 @@ def _memory_ratio_flip(sel: Sequence[Row]):
     for k, net in enumerate(dict.fromkeys(r["network"] for r in sel)):
         sub = sorted((r for r in sel if r["network"] == net and r.get("memory_ratio")), key=lambda r: r["balance"])
         colour = cmap(k % 10)
-        ax.scatter([r["balance"] for r in sub], [r["memory_ratio"] for r in sub], s=18, color=colour, label=net)
+        streamed = [r for r in sub if not r.get("weights_on_chip")]
+        on_chip = [r for r in sub if r.get("weights_on_chip")]
+        ax.scatter([r["balance"] for r in streamed], [r["memory_ratio"] for r in streamed], s=18, color=colour,
+                   label=net)
+        ax.scatter([r["balance"] for r in on_chip], [r["memory_ratio"] for r in on_chip], s=30, facecolors="none",
+                   edgecolors=colour, label=None if streamed else net)
         ov = [(r["balance"], r["overhead_fraction"] / r["compute_fraction"]) for r in sub
               if r.get("compute_fraction") and r.get("overhead_fraction")]
         ax2.scatter([x for x, _ in ov], [y for _, y in ov], s=18, color=colour, marker="s", label=net)
@@ -292,6 +314,9 @@ def _memory_ratio_flip(sel: Sequence[Row]):
         drawn[ax2] = drawn[ax2] or bool(ov)
         if net in intensity:
             ax.axvline(intensity[net], color=colour, ls=":", lw=1)
+        seed = sorted((r["balance"], r["seed_memory_ratio"]) for r in sub if r.get("seed_memory_ratio"))
+        if seed:  # the seed's β / I(T): a straight line through (I, 1) for each network
+            ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
     first = sorted((r for r in sel if r["network"] == sel[0]["network"] and r.get("memory_ratio")),
                    key=lambda r: r["balance"])
     for r in _spaced(first, lambda r: (math.log10(r["balance"]), math.log10(r["memory_ratio"])), (0.15, 0.25)):
@@ -312,7 +337,10 @@ def _memory_ratio_flip(sel: Sequence[Row]):
     ax.set_title("Per-example training: the flip is where the ratio crosses 1")
     ax2.set_title("What the ratio leaves out: launch and vector start-up")
     _finish(fig, _sources("memory_ratio from each case's result; dotted lines: each network's no-reuse "
-                          "intensity, the predicted crossing."))
+                          "intensity, the predicted crossing. Hollow: the weights fit in the machine's largest "
+                          "on-chip level, so the step need not stream them from memory. Dashed: the seed model's "
+                          "β / I (every operand from main memory once, no cache): points below it reuse data "
+                          "in cache, points above it miss more than once or wait on latency."))
     return fig
 
 
@@ -376,62 +404,108 @@ def fig_synthetic_balance(rows: Sequence[Row]):
 # 4. Batch window
 
 
+def _window_candidates(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in _ok(rows) if not r.get("synthetic") and r.get("kind") in ("gpu", "tpu", "wafer")
+            and r.get("updates") == "minibatch" and r.get("phase") == "train" and r.get("checkpoint") == "none"
+            and (r.get("devices") or 1) == 1]
+
+
 def window_rows(rows: Iterable[Row]) -> list[Row]:
-    ok = [r for r in _ok(rows) if not r.get("synthetic") and r.get("kind") in ("gpu", "tpu", "wafer")
-          and r.get("updates") == "minibatch" and r.get("phase") == "train" and r.get("checkpoint") == "none"]
+    """The batch window's main series: the unfused network run at the most machine ×
+    batch points (one line a machine)."""
+    ok = [r for r in _window_candidates(rows) if r.get("fusion", "none") == "none"]
     counts: dict[str, set] = {}
     for r in ok:
-        counts.setdefault(r["network"], set()).add(r["batch"])
+        counts.setdefault(r["network"], set()).add((r["machine"], r["batch"]))
     if not counts:
         return []
     net = max(counts, key=lambda n: (len(counts[n]), n))
     return [r for r in ok if r["network"] == net]
 
 
-MICRO_PHASES = ("forward", "recompute", "backward")
+def wide_window_rows(rows: Iterable[Row]) -> list[Row]:
+    """The batch window's second series: the other networks at several batches (the
+    sweep's one wider than d_min, unfused and fused), each with the seed's ceiling
+    d / (d + d_min) on its fraction of peak."""
+    main = {r["network"] for r in window_rows(rows)}
+    out = [r for r in _window_candidates(rows) if r["network"] not in main]
+    dims: dict[str, float] = {}
+    for r in out:
+        if r["network"] not in dims:
+            from ..networks import load_network
+
+            dims[r["network"]] = load_network(r["network"]).d_model
+    return [{**r, "d_model": dims[r["network"]]} for r in out]
 
 
 def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
     """What the step memwall builds moves per parameter: ``b_w``, bytes of weights and
     gradients per micro-batch (forward, recompute, backward kernels), ``b_update``, bytes
     of weights, gradients and optimizer state per optimizer step, and ``flops_per_token``
-    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)."""
+    over the parameter count (about 6), so the turn is T_min = β · b_w / (F/P)
+    (:func:`memwall.seed.seed_model`'s quantities)."""
     from ..networks import load_network
+    from ..seed import seed_model
     from ..workloads.config import TrainingConfig
     from ..workloads.step import build_step
 
     net = load_network(network)
     step = build_step(net, TrainingConfig(batch=1, dtype=dtype or net.dtype, seq_len=seq_len))
-    micro = update = 0
-    for k in step.kernels:
-        moved = sum(r.bytes for r in k.reads + k.writes if r.cls in ("weights", "gradients", "optimizer"))
-        if k.phase in MICRO_PHASES:
-            micro += moved * k.repeat
-        else:
-            update += moved * k.repeat
-    params = step.network.parameters
-    tokens = step.tokens or step.examples
-    flops = sum(step.flops[p] for p in MICRO_PHASES if p in step.flops)
-    return {"network": network, "seq_len": seq_len, "parameters": params, "b_w": micro / params,
-            "b_update": update / params, "flops_per_token": flops / tokens / params}
+    seed = seed_model(step, 1.0, 1.0)  # the per-parameter figures do not depend on the machine
+    return {"network": network, "seq_len": seq_len, "parameters": step.network.parameters, "b_w": seed["b_w"],
+            "b_update": seed["b_update"], "flops_per_token": seed["flops_per_token_per_parameter"]}
+
+
+# Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361):
+# eq. 1.1, the loss a model of N non-embedding parameters converges to, L(N) = (N_c/N)^α_N
+# with N_c = 8.8e13 and α_N = 0.076 (nats, WebText2); eq. 1.4, the critical batch
+# (McCandlish et al. 2018's, fitted to language models) at loss L, B_crit = B*/L^(1/α_B)
+# with B* = 2e8 tokens and α_B = 0.21.
+KAPLAN = {"n_c": 8.8e13, "alpha_n": 0.076, "b_star": 2e8, "alpha_b": 0.21}
+
+
+def critical_batch(network: str) -> dict[str, float] | None:
+    """Kaplan et al.'s critical batch (tokens) at the loss their fit gives the network's
+    non-embedding parameter count: the batch beyond which more of it stops buying
+    optimisation progress (McCandlish et al. 2018). None for networks without tokens."""
+    from ..networks import load_network
+
+    net = load_network(network)
+    if not net.is_sequence:
+        return None
+    embedding = (net.vocab + net.max_positions + net.token_types) * net.d_model
+    n = net.parameters - embedding - (0 if net.tied_embeddings else net.vocab * net.d_model)
+    loss = (KAPLAN["n_c"] / n) ** KAPLAN["alpha_n"]
+    return {"non_embedding": n, "loss": loss, "b_crit": KAPLAN["b_star"] / loss ** (1 / KAPLAN["alpha_b"])}
 
 
 def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Per machine of the batch window: the turn T_min = β · b_w / (F/P) from the step's own
-    bytes per parameter (see :func:`weight_bytes`)."""
+    bytes per parameter (see :func:`weight_bytes`); the seed's second floor, per optimizer
+    step, T_step = β · (b_update + b_comm) / (F/P), with b_comm the ring all-reduce of
+    16-bit gradients over BYTES_PER_TOKEN_DP replicas, 2 (N-1)/N · 2 B; the critical batch
+    as the ceiling (:func:`critical_batch`); and between them the time-optimal batch the
+    seed takes, their geometric mean."""
     if not rows:
         return []
     first = rows[0]
     wb = weight_bytes(first["network"], first.get("seq_len"), first.get("dtype"))
+    crit = critical_batch(first["network"])
+    comm = 2 * (BYTES_PER_TOKEN_DP - 1) / BYTES_PER_TOKEN_DP * 2
     out = []
     for m in dict.fromkeys(r["machine"] for r in rows):
         r = next(x for x in rows if x["machine"] == m)
-        out.append({"machine": m, "name": r["name"], "balance": r["balance"], **wb,
-                    "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"]})
+        t_step = r["balance"] * (wb["b_update"] + comm) / wb["flops_per_token"]
+        row = {"machine": m, "name": r["name"], "balance": r["balance"], **wb, "b_comm": comm,
+               "t_min": r["balance"] * wb["b_w"] / wb["flops_per_token"], "t_step": t_step}
+        if crit:
+            row.update(b_crit=crit["b_crit"], loss=crit["loss"], t_opt=math.sqrt(t_step * crit["b_crit"]))
+        out.append(row)
     return out
 
 
-def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = ()):
+def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (),
+                     wide: Sequence[Row] = ()):
     sel = window_rows(rows)
     if len({r["batch"] for r in sel}) < 2:
         return _empty("batch_window", "mini-batch training at several batch sizes on modern machines")
@@ -445,7 +519,28 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
         turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
         ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
                 color=colour, label=f"{_label(sub[0])}: turn at ≈{turn:.0f} tokens")
+        seed = [(r["tokens"], r["seed_fraction_of_peak"]) for r in sub if r.get("seed_fraction_of_peak")]
+        ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.axvline(turn, color=colour, ls=":", lw=1)
+        opt = next((t for t in model if t["machine"] == m and t.get("t_opt")), None)
+        if opt:
+            ax.axvline(opt["t_step"], color=colour, ls="-.", lw=0.8)
+            ax.plot([opt["t_opt"]], [0.02], marker="^", ms=8, color=colour, clip_on=False)
+    for (net, fusion), style in zip(dict.fromkeys((r["network"], r.get("fusion", "none")) for r in wide),
+                                    ("-", "--", "-.", ":"), strict=False):
+        sub = sorted((r for r in wide if (r["network"], r.get("fusion", "none")) == (net, fusion)),
+                     key=lambda r: r["tokens"])
+        ceiling = sub[0]["d_model"] / (sub[0]["d_model"] + sub[0]["d_min"]) if sub[0].get("d_min") else None
+        ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], color="k", ls=style, marker="s",
+                ms=3, label=f"{net} (d = {sub[0]['d_model']:.0f}) on {sub[0]['name']}, fusion {fusion}"
+                + (f": ceiling d/(d+d_min) = {ceiling:.2f}" if ceiling else ""))
+        if ceiling:
+            ax.axhline(ceiling, color="k", ls=style, lw=0.6, alpha=0.5)
+    crit = next((t for t in model if t.get("b_crit")), None)
+    if crit:
+        ax.axvline(crit["b_crit"], color="k", lw=1.2)
+        ax.annotate(f"critical batch ≈{crit['b_crit']:.3g} tokens", (crit["b_crit"], 0.95), fontsize=7,
+                    xytext=(-4, 0), textcoords="offset points", ha="right")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch (tokens per weight visit: sequences × sequence length)")
@@ -453,16 +548,28 @@ def fig_batch_window(rows: Sequence[Row], model: Sequence[Mapping[str, Any]] = (
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
+    crit_note = ""
+    if crit:
+        crit_note = (f" Dash-dot: the seed's floor per optimizer step, T_step = β · (b_update + b_comm) / (F/P), "
+                     f"with the gradient all-reduce of {BYTES_PER_TOKEN_DP} replicas (b_comm = "
+                     f"{crit['b_comm']:.1f} B/param). Black: the critical batch at the loss Kaplan et al.'s fit "
+                     f"gives this network ({crit['loss']:.2f} nats; B_crit = B*/L^(1/α_B), their eq. 1.4); "
+                     "triangles: the time-optimal batch between them, √(T_step · B_crit), as the seed takes it. "
+                     "These cases run one micro-batch per optimizer step, so tokens per micro-batch are "
+                     "tokens per optimizer step.")
+    seed_note = crit_note + (" Dashed: the seed model's fraction of peak (compute or memory, whichever is longer, each "
+                 "operand moved once); the simulation falls below it by the dispatch, waves and cache misses "
+                 "it leaves out.")
     if model:
         wb = model[0]
         note = (f"Dotted: T_min = β · b_w / (F/P), with the step's own b_w = {wb['b_w']:.1f} B of weights and "
                 f"gradients per parameter per micro-batch and F/P = {wb['flops_per_token']:.2f} FLOP per "
-                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). Without "
-                "accumulation or fusion, which memwall does not model yet (issue 13), this is one micro-batch "
-                "per optimizer step.")
+                f"parameter per token ({wb['b_update']:.1f} B/param more per optimizer step). These cases run "
+                "one micro-batch per optimizer step, unfused (memwall inspect --accumulate K --fusion full "
+                "shows what each changes).")
     else:
         note = "Dotted: 2 × balance tokens (the step's own bytes per parameter were not available)."
-    _finish(fig, _sources(note))
+    _finish(fig, _sources(note + seed_note))
     return fig
 
 
@@ -566,8 +673,75 @@ def fig_capacity_ledger(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
-# Last-level capacity: one pass of the capacity sweep per network and machine (not yet
-# among NAMES: it replays steps, so a sweep would have to opt in)
+# 13. Bytes per token
+
+
+BYTES_PER_TOKEN_NETWORK = "gpt2-small"
+# Short sequences, so the batch spans the crossing (at 1024 tokens a sequence the
+# materialised attention's activations already outweigh the weights at batch 1).
+BYTES_PER_TOKEN_SEQ = 128
+# Data-parallel replicas whose gradient all-reduce the figure adds per optimizer step
+# (ring: 2 (N-1)/N of the gradient bytes leave and enter each device).
+BYTES_PER_TOKEN_DP = 8
+
+
+def bytes_per_token_table(network: str = BYTES_PER_TOKEN_NETWORK,
+                          batches: Sequence[int] = tuple(2 ** k for k in range(11)),
+                          dp: int = BYTES_PER_TOKEN_DP, seq_len: int = BYTES_PER_TOKEN_SEQ) -> list[dict[str, Any]]:
+    """Bytes per token of one training step (Adam, the network's dtype, one micro-batch per
+    optimizer step) by what they are, against batch: weights and gradients (every
+    micro-batch), optimizer state (once per optimizer step), activations (every operand
+    that is not a parameter), and the gradient all-reduce of ``dp`` replicas, as the
+    step's kernels name their operands (:func:`memwall.seed.bytes_by_class`)."""
+    from ..networks import load_network
+    from ..seed import bytes_by_class
+    from ..workloads.config import TrainingConfig
+    from ..workloads.graph import PARAMETER_CLASSES
+    from ..workloads.step import build_step
+
+    net = load_network(network)
+    out = []
+    for b in batches:
+        step = build_step(net, TrainingConfig(batch=b, dtype=net.dtype, optimizer="adam", seq_len=seq_len))
+        by = bytes_by_class(step)
+        tokens = step.tokens or step.examples
+        gradient = step.ledger.as_dict().get("gradients", 0)
+        out.append({
+            "network": network, "batch": b, "seq_len": seq_len, "tokens": tokens, "dp": dp,
+            "weights": sum(v for c, v in by["micro"].items() if c in PARAMETER_CLASSES) / tokens,
+            "optimizer": sum(by["update"].values()) / tokens,
+            "activations": sum(v for c, v in by["micro"].items() if c not in PARAMETER_CLASSES) / tokens,
+            "communication": 2 * (dp - 1) / dp * gradient / tokens,
+        })
+    return out
+
+
+BYTES_PER_TOKEN_PARTS = ("weights", "optimizer", "communication", "activations")
+
+
+def fig_bytes_per_token(table: Sequence[Mapping[str, Any]]):
+    if not table:
+        return _empty("bytes_per_token", "a network whose training step builds")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    rows = sorted(table, key=lambda r: r["tokens"])
+    x = [r["tokens"] for r in rows]
+    ax.stackplot(x, *[[r[p] for r in rows] for p in BYTES_PER_TOKEN_PARTS], colors=STALL_COLOURS[:4],
+                 labels=["weights and gradients (every micro-batch)", "optimizer state (every optimizer step)",
+                         f"gradient all-reduce, {rows[0]['dp']} replicas (every optimizer step)",
+                         "activations between kernels"])
+    _log_log(ax, "tokens per micro-batch (one micro-batch per optimizer step)", "bytes per token",
+             f"{rows[0]['network']} at {rows[0]['seq_len']} tokens a sequence: bytes per token, by what they are",
+             "upper right")
+    _finish(fig, "Each operand once, as the step's kernels name it (the seed model's traffic, "
+            "memwall.seed.bytes_by_class); the all-reduce moves 2 (N-1)/N of the gradient bytes per device. "
+            "Weights, optimizer and communication fall as 1/T; activations do not: past the batch where "
+            "they cross, more batch buys no intensity.")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# 11. Last-level capacity: one pass of the capacity sweep per network and machine
 
 LLC_CASES = (("sun-3-260", "nettalk"), ("v100-sxm2", "lecun-1989"), ("h100-sxm", "affine-48x1024"))
 
@@ -616,7 +790,7 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
 
 def fig_llc_capacity(table: Sequence[Mapping[str, Any]]):
     if not table:
-        return _empty_named("llc_capacity", "a machine with a sweepable (LRU, write-back) last cache level")
+        return _empty("llc_capacity", "a machine with a sweepable (LRU, write-back) last cache level")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     for (machine, network), colour in zip(dict.fromkeys((r["machine"], r["network"]) for r in table),
@@ -639,14 +813,6 @@ def fig_llc_capacity(table: Sequence[Mapping[str, Any]]):
     _finish(fig, _sources("Each curve is one pass of the capacity sweep (LRU stack distances, exact for "
                           "every associativity); circles mark each machine's actual capacity. The step's "
                           "second pass, after one to warm the caches; no sampling."))
-    return fig
-
-
-def _empty_named(name: str, needs: str):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, f"No data for figure {name}.\nIt needs: {needs}", ha="center", fontsize=9)
     return fig
 
 
@@ -742,13 +908,8 @@ def fig_roofline(data: Mapping[str, Any]):
     for j, (level, bw) in enumerate(roof_lines(roof)):
         ax.plot(xs, np.minimum(bw * xs, peak), color="#222222" if j == 0 else "#888888",
                 ls="-" if j == 0 else "--", lw=1, label=f"{level} ceiling: {bw:.3g} B/s × intensity")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of main-memory traffic)")
-    ax.set_ylabel("achieved FLOP/s of the kernel")
-    ax.set_title(f"{roof['name']}: every kernel of each stored step under its roofs")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    _log_log(ax, "arithmetic intensity (FLOP per byte of main-memory traffic)", "achieved FLOP/s of the kernel",
+             f"{roof['name']}: every kernel of each stored step under its roofs", "lower right")
     _finish(fig, _sources("Hollow: kernels that move no main-memory bytes, placed at their intensity against "
                           "the level that served them. Ceilings: each level's bandwidth from the profile."))
     return fig
@@ -807,6 +968,233 @@ def fig_activation_highwater(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
+# 12. Gholami's figure, simulated (opt-in: it replays its own cases, see OPT_IN)
+
+# Gholami et al. profiled BERT-Base, BERT-Large and GPT-2 on an Intel Xeon Gold 6242 at
+# batch 1 with 8-bit parameters and activations, over sequence lengths from 128 up.
+GHOLAMI_MACHINE = "xeon-gold-6242"
+GHOLAMI_COMPARE = "h100-sxm"  # one modern machine, beyond their single profile
+GHOLAMI_NETWORKS = (("bert-base", "encoder"), ("bert-large", "encoder"), ("gpt2-small", "decoder"))
+GHOLAMI_LENGTHS = (128, 256, 512, 1024, 2048, 4096)
+GHOLAMI_BATCH = 16  # batched decode: sequences generated together, which their profile did not run
+GHOLAMI_DTYPE = "int8"
+GHOLAMI_METRICS = ("flops", "bytes", "seconds")
+# Tested bound (tests/test_gholami.py) of the summed-decode approximation against the exact
+# sum over every context, per metric, as a fraction of the exact sum.
+GHOLAMI_SUM_BOUND = 0.02
+
+
+def gholami_contexts(lengths: Iterable[int]) -> list[int]:
+    """The decode contexts sampled to sum the steps of generating each length L: 0, and
+    L/2 - 1, 3L/4 - 1 and L - 1 of every L (so every sum has its own end points)."""
+    out = {0}
+    for n in lengths:
+        out |= {c for c in (n // 2 - 1, 3 * n // 4 - 1, n - 1) if c >= 0}
+    return sorted(out)
+
+
+def summed_decode(per_context: Mapping[int, Mapping[str, float]], length: int) -> dict[str, float]:
+    """FLOPs, main-memory bytes and seconds of generating ``length`` tokens one by one: the
+    sum of the decode steps at contexts 0 ... length - 1. A context not in ``per_context``
+    (one step's results, by context) is interpolated linearly between the sampled ones
+    below ``length`` (exact where a step's cost is linear in its context, as its attention
+    FLOPs and cache bytes are); 0 and ``length - 1`` must be sampled."""
+    sampled = sorted(c for c in per_context if c < length)
+    if not sampled or sampled[0] != 0 or sampled[-1] != length - 1:
+        raise ValueError(f"summing {length} decode steps needs contexts 0 and {length - 1} sampled, got {sampled}")
+    every = np.arange(length)
+    return {m: float(np.interp(every, sampled, [per_context[c][m] for c in sampled]).sum())
+            for m in GHOLAMI_METRICS}
+
+
+def _step_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    return {"flops": float(result["flops"]), "bytes": float(result["bytes"]["memory"]),
+            "seconds": float(result["seconds"])}
+
+
+def _long_presets(networks: Iterable[str], longest: int, folder: Path) -> dict[str, str]:
+    """Each preset as a file whose learned position table holds ``longest`` rows where its
+    own is shorter (BERT has 512, GPT-2 1024); the others as they are, by id."""
+    from ..data import data_files
+    from ..networks import load_network
+
+    files = {p.stem: p for p in data_files("networks")}
+    out = {}
+    for net in networks:
+        if 0 < load_network(net).max_positions < longest:
+            text = files[net].read_text(encoding="utf-8")
+            path = folder / f"{net}.toml"
+            path.write_text(text.replace("[transformer]\n", f"[transformer]\nmax_positions = {longest}\n", 1),
+                            encoding="utf-8")
+            out[net] = str(path)
+        else:
+            out[net] = net
+    return out
+
+
+def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
+                  machines: Sequence[str] = (GHOLAMI_MACHINE, GHOLAMI_COMPARE),
+                  networks: Sequence[tuple[str, str]] = GHOLAMI_NETWORKS, decode_batch: int = GHOLAMI_BATCH,
+                  dtype: str = GHOLAMI_DTYPE,
+                  run: Callable[[Any], Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One row per machine, network, batch and sequence length L: FLOPs, main-memory bytes,
+    seconds, arithmetic intensity (FLOPs per main-memory byte) and latency over BERT-Base's
+    (the first network's) at the shortest length on the same machine.
+
+    An encoder's row is one forward pass over L tokens at batch 1; a decoder's is L tokens
+    generated one by one, the sum of its decode steps at contexts 0 ... L - 1, from the
+    steps at :func:`gholami_contexts` (:func:`summed_decode`), at batch 1 and, per
+    sequence, at ``decode_batch`` sequences together (0: none). Presets are given the
+    learned positions the longest length needs (:func:`_long_presets`)."""
+    import tempfile
+
+    from ..simulate import Case, run_case
+
+    run = run or run_case
+    lengths = sorted(lengths)
+    contexts = gholami_contexts(lengths)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _long_presets([n for n, _ in networks], lengths[-1], Path(tmp))
+        for machine in machines:
+            for net, role in networks:
+                common = {"machine": machine, "network": net, "role": role, "dtype": dtype}
+                if role == "encoder":
+                    for n in lengths:
+                        r = run(Case(machine=machine, network=files[net], phase="forward", seq_len=n, dtype=dtype))
+                        rows.append({**common, "batch": 1, "length": n, **_step_metrics(r), "sampled_contexts": None})
+                    continue
+                for batch in (1, decode_batch) if decode_batch > 1 else (1,):
+                    steps = {c: _step_metrics(run(Case(machine=machine, network=files[net], phase="decode", context=c,
+                                                       batch=batch, dtype=dtype)))
+                             for c in contexts}
+                    for n in lengths:
+                        rows.append({**common, "batch": batch, "length": n, **summed_decode(steps, n),
+                                     "sampled_contexts": sum(c < n for c in contexts)})
+            mine = [r for r in rows if r["machine"] == machine]
+            base = next(r for r in mine if r["network"] == networks[0][0] and r["batch"] == 1)["seconds"]
+            for r in mine:
+                r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else None
+                r["seconds_per_sequence"] = r["seconds"] / r["batch"]
+                r["latency_norm"] = r["seconds_per_sequence"] / base
+    return rows
+
+
+def gholami_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per machine and length: each encoder's intensity over the batch-1 decoder's, and the
+    decoder's latency over each encoder's; per machine and network, latency growth from the
+    shortest length to the longest."""
+    out: list[dict[str, Any]] = []
+    for machine in dict.fromkeys(r["machine"] for r in rows):
+        sub = [r for r in rows if r["machine"] == machine and r["batch"] == 1]
+        dec = {r["length"]: r for r in sub if r["role"] == "decoder"}
+        for r in sub:
+            if r["role"] == "encoder" and r["length"] in dec:
+                d = dec[r["length"]]
+                out.append({"machine": machine, "what": "encoder/decoder", "network": r["network"],
+                            "decoder": d["network"], "length": r["length"],
+                            "intensity_ratio": r["intensity"] / d["intensity"],
+                            "latency_ratio": d["seconds"] / r["seconds"]})
+        for net in dict.fromkeys(r["network"] for r in sub):
+            line = sorted((r for r in sub if r["network"] == net), key=lambda r: r["length"])
+            out.append({"machine": machine, "what": "latency growth", "network": net,
+                        "length": f"{line[0]['length']}-{line[-1]['length']}",
+                        "latency_growth": line[-1]["seconds"] / line[0]["seconds"]})
+    return out
+
+
+GHOLAMI_COLOURS = {"bert-base": "#4c72b0", "bert-large": "#55a868", "gpt2-small": "#c44e52"}
+
+
+def _gholami_lines(ax, rows: Sequence[Mapping[str, Any]], key: str, *, styles: Mapping[tuple[str, int], str]) -> None:
+    for (machine, batch), ls in styles.items():
+        for net in dict.fromkeys(r["network"] for r in rows):
+            line = sorted((r for r in rows if r["machine"] == machine and r["batch"] == batch and r["network"] == net
+                           and r.get(key)), key=lambda r: r["length"])
+            if not line:
+                continue
+            tag = "" if len(styles) == 1 else f", {machine}" + (f", batch {batch}" if batch > 1 else "")
+            ax.plot([r["length"] for r in line], [r[key] for r in line], ls=ls, marker="o", ms=3,
+                    color=GHOLAMI_COLOURS.get(net, "#8172b3"), label=f"{net}{tag}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _gholami_data(options: Mapping[str, Any]) -> dict[str, Any]:
+    rows = gholami_table(**options)
+    return {"rows": rows, "summary": gholami_summary(rows)}
+
+
+def _gholami_inputs(options: Mapping[str, Any]) -> dict[str, Any]:
+    """What the figure's data is computed from: reused while none of it changes."""
+    from .sweep import machine_info, network_info
+
+    machines = options.get("machines", (GHOLAMI_MACHINE, GHOLAMI_COMPARE))
+    networks = options.get("networks", GHOLAMI_NETWORKS)
+    import json
+
+    from .store import dumps
+
+    inputs = {"model": MODEL_VERSION, "options": {k: v for k, v in options.items() if k != "run"},
+              "machines": {m: machine_info(m).fingerprint for m in machines},
+              "networks": {n: network_info(n).fingerprint for n, _ in networks}}
+    return json.loads(dumps(inputs))  # as stored: tuples read back as lists
+
+
+def fig_gholami(rows: Sequence[Mapping[str, Any]]):
+    """Gholami's four panels on their CPU (FLOPs, memory bytes, intensity, latency against
+    sequence length) and, beside them, intensity and latency on a modern machine and with
+    batched decode."""
+    if not rows:
+        return _empty("gholami", "BERT-Base, BERT-Large and GPT-2 simulated at several sequence lengths")
+    plt = _plt()
+    home = rows[0]["machine"]
+    others = [m for m in dict.fromkeys(r["machine"] for r in rows) if m != home]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    solo = {(home, 1): "-"}
+    panels = (("flops", "(a) FLOPs", "FLOPs of the pass (forward; GPT-2: every generated token)"),
+              ("bytes", "(b) Memory operations", "main-memory bytes (read + written)"),
+              ("intensity", "(c) Arithmetic intensity", "FLOPs per main-memory byte"),
+              ("latency_norm", "(d) Latency", "latency ÷ BERT-Base's at the shortest length"))
+    grid = axes.ravel()  # reading order: (a) (b) (c) / (d) (e) (f)
+    for ax, (key, title, ylabel) in zip(grid[:4], panels, strict=True):
+        _gholami_lines(ax, rows, key, styles=solo)
+        ax.set_title(f"{title}, {home}, batch 1, {rows[0]['dtype']}", fontsize=9)
+        ax.set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=7)
+    beyond = {**solo, **{(m, 1): "--" for m in others}}
+    batches = sorted({r["batch"] for r in rows if r["batch"] > 1})
+    beyond.update({(m, b): ":" for m in (home, *others) for b in batches})
+    for ax, key, title, ylabel in (
+            (grid[4], "intensity", "(e) Arithmetic intensity", panels[2][2]),
+            (grid[5], "latency_norm", "(f) Latency", "latency per sequence ÷ BERT-Base's at the shortest length")):
+        _gholami_lines(ax, rows, key, styles=beyond)
+        ax.set_title(f"{title}: other machines, batched decode", fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+    low, high = grid[4].get_ylim()
+    grid[4].set_ylim(low, high * 30)  # headroom: the legend goes above the lines
+    grid[4].legend(fontsize=5.5, ncol=2, loc="upper right")
+    summary = gholami_summary(rows)
+    ratios = [s for s in summary if s["machine"] == home and s["what"] == "encoder/decoder"]
+    span = (f"encoder/decoder intensity {min(s['intensity_ratio'] for s in ratios):.0f}–"
+            f"{max(s['intensity_ratio'] for s in ratios):.0f}x on {home}") if ratios else ""
+    fig.suptitle(f"12. Gholami's case study, simulated: encoders against a decoder ({span})", fontsize=11)
+    n_ctx = max((r["sampled_contexts"] or 0) for r in rows)
+    _finish(fig, _sources(
+        f"Beside {GHOLAMI_REF}: at batch 1 on this CPU with 8-bit weights and activations, GPT-2's arithmetic intensity "
+        "is orders of magnitude below BERT's and its latency grows faster with the sequence, at similar FLOPs. "
+        "Here: encoders = one forward pass over the sequence; GPT-2 = the sequence generated token by token, the "
+        f"sum of its decode steps at contexts 0 ... L-1, from at most {n_ctx} sampled contexts interpolated linearly "
+        f"(within {GHOLAMI_SUM_BOUND:.0%} of the exact sum where tested, tests/test_gholami.py). Learned position "
+        "tables extended past the presets' 512 (BERT) and 1024 (GPT-2). Right column, what one profile could not "
+        "show: the same on another machine (dashed) and decode batched (dotted; per sequence)."))
+    fig.subplots_adjust(top=0.92)
+    return fig
+
+
+# --------------------------------------------------------------------------------------
 # Writing, redrawn only when a figure's data changed
 
 
@@ -828,6 +1216,13 @@ def _network_inputs(network: str, **params: Any) -> dict[str, Any]:
     return {"model": MODEL_VERSION, "network": network_info(network).fingerprint, **params}
 
 
+def _llc_inputs(cases: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    from .sweep import machine_info, network_info
+
+    return {"model": MODEL_VERSION, "cases": [[machine_info(m).fingerprint, network_info(n).fingerprint]
+                                              for m, n in cases]}
+
+
 def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
     """What figure ``name`` was last drawn from (``figures/name.json``): ``data`` (table
     name -> records), ``inputs`` and ``digest``; None if it was never drawn."""
@@ -844,7 +1239,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   machines: Sequence[Mapping[str, Any]] | None = None,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
                   only: Iterable[str] | None = None,
-                  measurements: str | os.PathLike[str] | None = None) -> dict[str, list[Path]]:
+                  measurements: str | os.PathLike[str] | None = None,
+                  gholami: Mapping[str, Any] | None = None) -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
     Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
@@ -854,7 +1250,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     are unchanged. ``machines`` (see :func:`machine_table`) and ``ledger`` (see
     :func:`ledger_table`) default to the shipped profiles and the affine-48x1024 network's
     steps; the validation figure predicts the shipped measurements, or those in
-    ``measurements`` (file or folder).
+    ``measurements`` (file or folder). Figures in OPT_IN are drawn only when named in
+    ``only``; ``gholami`` holds keyword arguments of :func:`gholami_table`.
     """
     import hashlib
 
@@ -870,8 +1267,9 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
         "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},
                             lambda d: fig_stall_breakdown(d["rows"])),
-        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows))},
-                         lambda d: fig_batch_window(d["rows"], d.get("model", ()))),
+        "batch_window": (None, lambda: {"rows": window_rows(rows), "model": window_model(window_rows(rows)),
+                                        "wide": wide_window_rows(rows)},
+                         lambda d: fig_batch_window(d["rows"], d.get("model", ()), d.get("wide", ()))),
         "capacity_ledger": ((lambda: _network_inputs(LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
                             lambda: {"ledger": list(ledger if ledger is not None else ledger_table())},
                             lambda d: fig_capacity_ledger(d["ledger"])),
@@ -882,6 +1280,15 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                                  lambda: {"live": highwater_table()}, lambda d: fig_activation_highwater(d["live"])),
         "decode": (None, lambda: {"rows": [r for r in rows if r.get("phase") == "decode"]},
                    lambda d: fig_decode(d["rows"])),
+        # Replays three steps (seconds); kept while the model, the networks and the
+        # machines' profiles are unchanged.
+        "llc_capacity": (lambda: _llc_inputs(LLC_CASES), lambda: {"capacity": llc_capacity_table()},
+                         lambda d: fig_llc_capacity(d["capacity"])),
+        "bytes_per_token": (lambda: _network_inputs(BYTES_PER_TOKEN_NETWORK, dp=BYTES_PER_TOKEN_DP,
+                                                    seq_len=BYTES_PER_TOKEN_SEQ),
+                            lambda: {"bytes": bytes_per_token_table()}, lambda d: fig_bytes_per_token(d["bytes"])),
+        "gholami": (lambda: _gholami_inputs(gholami or {}), lambda: _gholami_data(gholami or {}),
+                    lambda d: fig_gholami(d["rows"])),
     }
     written: dict[str, list[Path]] = {}
     for name in names:
@@ -910,4 +1317,4 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         from .validate import write_validation
 
         written["validation"] = write_validation(out, measurements)
-    return {n: written[n] for n in NAMES if n in written}
+    return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}

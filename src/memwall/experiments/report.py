@@ -27,22 +27,25 @@ from .store import read_rows
 
 # The figures the page draws, in order (the validation figure's data is validation.json).
 PAGE_FIGURES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-                "synthetic_balance", "validation", "roofline", "activation_highwater")
+                "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity",
+                "bytes_per_token")
 
 CAPTIONS = {
     "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
     "fitted growth of peak arithmetic and of memory bandwidth per two years beside Gholami et al.'s "
     "3.0× and 1.6×. Higher balance means more arithmetic per byte is needed to keep the machine busy.",
-    "regime_flip": "Per-example training (batch 1): each point is one machine. Stall fraction near 0 "
-    "means arithmetic-bound, near 1 means waiting on memory. Dotted lines mark each network's "
-    "arithmetic intensity with no cache reuse; the flip is expected where the balance passes it. "
-    "Launch overhead is neither arithmetic nor stall: small networks on accelerators are overhead-bound "
-    "(figure 3) and stay low here.",
+    "regime_flip": "Per-example training (batch 1): each point is one machine, at its memory time ÷ "
+    "arithmetic time (memory_ratio; 1 is the flip, above it the step waits on memory more than it computes). "
+    "Dotted lines mark each network's arithmetic intensity with no cache reuse, where the flip is expected "
+    "as balance passes it; hollow points are cases whose weights fit in the machine's largest on-chip level. "
+    "Launch and vector start-up are neither memory nor arithmetic: the sweep's rows give them as "
+    "dispatch_fraction and overhead_fraction (figure 3 shows them).",
     "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
     "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
     "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
     "T_min = β · b_w / (F/P), the turn the step's own bytes per parameter per micro-batch (b_w) predict. "
-    "Accumulation and fusion are not modelled yet (issue 13): one micro-batch per optimizer step.",
+    "These cases run one micro-batch per optimizer step, unfused; dashed lines are the seed model's "
+    "estimate of the same steps (each operand moved once, no cache, no dispatch).",
     "capacity_ledger": "Bytes of saved activations against bytes of parameters as the batch grows; they "
     "cross at batch = width for a chain of square layers, and √L checkpointing moves the crossover right.",
     "synthetic_balance": "One compute engine with its memory bandwidth swept over four decades: stall "
@@ -58,6 +61,13 @@ CAPTIONS = {
     "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
     "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
     "compute-bound step, a cross a batch that does not fit beside the weights.",
+    "llc_capacity": "Main-memory bytes of one training step against the capacity of the last cache level, "
+    "every capacity from one replay (LRU stack distances), per network of an era on a machine of its era; a "
+    "circle marks the machine's actual capacity. Where a curve falls to zero the step fits in that cache.",
+    "bytes_per_token": "Bytes per token of a training step, stacked by what they are: weights and gradients "
+    "(every micro-batch), optimizer state and the gradient all-reduce (every optimizer step), and activations "
+    "between kernels, each operand once as the kernels name it. The first three fall as 1/T; activations do "
+    "not, so past their crossing more batch buys no intensity.",
 }
 
 STYLE = """
@@ -271,6 +281,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _against_seed(rows: Sequence[Mapping[str, Any]], simulated: str, seed: str, what: str, why: str) -> str:
+    """A sentence: how far the simulation's figure is from the seed model's, over ``rows``."""
+    ratios = sorted(r[simulated] / r[seed] for r in rows if r.get(simulated) and r.get(seed))
+    if not ratios:
+        return ""
+    median = ratios[len(ratios) // 2]
+    return f" Against {what}, the simulated value is {ratios[0]:.2g}–{ratios[-1]:.2g}× it (median {median:.2g}×): {why}"
+
+
 def prose(data: Mapping[str, Any]) -> dict[str, str]:
     """One paragraph per figure whose numbers come from the sweep's data (name -> HTML)."""
     F = data["figures"]
@@ -294,11 +313,19 @@ def prose(data: Mapping[str, Any]) -> dict[str, str]:
                 bits.append(f"{_e(net)} from {lo[key]:.3g} ({_e(lo.get('name'))}) to {hi[key]:.3g} ({_e(hi.get('name'))})")
         what = "memory time ÷ arithmetic time" if key == "memory_ratio" else "stall fraction"
         out["regime_flip"] = f"Across the machines, {what} runs: " + "; ".join(bits) + "."
+        out["regime_flip"] += _against_seed(flip, "memory_ratio", "seed_memory_ratio",
+                                            "the seed model's β / I (every operand from main memory once)",
+                                            "below 1 where caches give reuse the seed does not count, above it where "
+                                            "a miss repeats or latency, not bandwidth, sets the memory time.")
     win = (F.get("batch_window") or {}).get("rows", [])
     if win:
         best = max(win, key=lambda r: r["fraction_of_peak"])
         out["batch_window"] = (f"{_e(best['network'])} reaches its highest fraction of peak, {best['fraction_of_peak']:.2f}, "
                                f"on {_e(best['name'])} at {best['tokens']} tokens.")
+        out["batch_window"] += _against_seed(win, "fraction_of_peak", "seed_fraction_of_peak",
+                                             "the seed model's fraction of peak",
+                                             "below 1 by the dispatch, waves, tile padding and misses the seed leaves "
+                                             "out, above it where the caches hold what the seed streams.")
         model = (F.get("batch_window") or {}).get("model") or []
         if model:
             out["batch_window"] += (f" The step moves b_w = {model[0]['b_w']:.2f} B per parameter per micro-batch, "

@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
 CASES_DIR = "cases"
+REPLAYS_DIR = "replays"
 QUARANTINE_DIR = "quarantine"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
@@ -314,13 +315,14 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
 
 
 # What every row of results.json must hold for the report and figures to use it; every
-# other field is a finite number or null, but these text ones (and 'synthetic', a bool).
+# other field is a finite number or null, but these text ones (and the flags, bools).
 ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
     "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
 ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion",
                       "weights", "kv_dtype"})
+ROW_FLAGS = frozenset({"synthetic", "weights_on_chip"})
 
 
 def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -336,7 +338,7 @@ def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
             continue
         if name in ROW_TEXT:
             ok = isinstance(value, str)
-        elif name == "synthetic":
+        elif name in ROW_FLAGS:
             ok = isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -377,3 +379,30 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")
     return list(rows)
 
+
+class ReplayStore:
+    """Replays kept in a sweep folder (``DIR/replays/cases/<key>.json``, self-checking like
+    case records) under :func:`memwall.simulate.replay_key`, so that cases differing only
+    in what the engine never sees replay once, across workers and reruns.
+
+    A cache, not a record: a replay that cannot be read is recomputed, and one that
+    cannot be written (a worker on another machine, a full disk) is simply not kept.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.store = Store(Path(root) / REPLAYS_DIR, on_damaged=None, content="replay")
+
+    def get(self, key: str) -> list[Any] | None:
+        from ..engine import HierarchyCounters
+
+        try:
+            record = self.store.get(key)
+            return None if record is None else [HierarchyCounters.from_dict(c) for c in record["replay"]["kernels"]]
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, key: str, counters: Sequence[Any]) -> None:
+        try:
+            self.store.put({"key": key, "status": "ok", "replay": {"kernels": [c.as_dict() for c in counters]}})
+        except OSError:
+            pass

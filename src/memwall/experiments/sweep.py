@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import MODEL_VERSION
 from ..errors import InputError
-from ..simulate import Case
+from ..simulate import ENGINE_RATE, Case, duration
 from ..vocabulary import FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
-from .store import Store, atomic_write, dumps, write_tables
+from .store import ReplayStore, Store, atomic_write, dumps, write_tables
 
 if TYPE_CHECKING:
     from ..profiles import Machine
@@ -49,6 +49,11 @@ LARGE = "affine-48x1024"
 # A bf16 transformer for the batch window (figure 4); short sequences so the batch
 # axis spans from far below to far above the compute-bound batch in tokens.
 WINDOW_NETWORK = "gpt2-small"
+# ... and one wider than d_min = a·β/72 (about 1100 unfused and 770 fully fused on an
+# H100, for GPT-2's a of 270 and 188), unfused and fully fused, on one machine: its curve
+# can reach the plateau that GPT-2 small's cannot.
+WIDE_WINDOW_NETWORK = "gpt2-xl"
+WIDE_WINDOW_FUSIONS = ("none", "full")
 # Serving: a GQA model decoding on the modern machines, batch 1 to 256, a short and a long
 # context (where batching turns decode compute-bound, and where the KV cache takes over).
 DECODE_NETWORK = "llama3-8b"
@@ -67,7 +72,8 @@ COLUMNS = (
     "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
     "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
     "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "mfu", "hfu",
+    "accumulate", "fusion", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
+    "seed_fraction_of_peak", "a", "d_min",
 )
 # Case fields added after results were first stored: left out of a case's key at their
 # default, so results stored before them are still found.
@@ -93,6 +99,7 @@ class MachineInfo:
     bandwidth: float  # main memory, B/s
     fingerprint: str  # hash of the whole profile: any edit changes every key that uses it
     synthetic: bool = False
+    on_chip: int = 0  # bytes of its largest on-chip level (cache or scratchpad): what weights could stay in
 
     def balance(self) -> float:
         """Peak FLOP/s of the primary dtype per byte/s of main memory."""
@@ -154,7 +161,7 @@ def machine_info(spec: str) -> MachineInfo:
         id=spec, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
         peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
         fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
-        synthetic=bw is not None,
+        synthetic=bw is not None, on_chip=max((lv.size for lv in m.levels), default=0),
     )
 
 
@@ -245,7 +252,7 @@ def study(*, quick: bool = False) -> list[Case]:
       machine (the large network's word-by-word streams on the 1980s machines are
       sampled: see docs/timing.md);
     - a bf16 transformer over batch sizes, up to 8192 tokens, on a few modern machines
-      (the batch window and its plateau);
+      (the batch window), and a wider one, unfused and fused, on one (its plateau);
     - the large network with and without √L checkpointing on one modern machine;
     - a few networks on one compute engine with memory bandwidth over four decades;
     - decode of a GQA transformer on a few modern machines over batch and context.
@@ -266,6 +273,9 @@ def study(*, quick: bool = False) -> list[Case]:
         window = _window_machines(modern, most=1 if quick else 6)
         batches = [1, 8, 64] if quick else [1, 2, 8, 32, 128, 512]
         cases += product(window, [WINDOW_NETWORK], batches, seq_len=16)
+        if WIDE_WINDOW_NETWORK in networks and not quick:
+            for fusion in WIDE_WINDOW_FUSIONS:
+                cases += product(window[:1], [WIDE_WINDOW_NETWORK], batches, seq_len=16, fusion=fusion)
     if large and modern and not quick:
         cases += product(_window_machines(modern, most=1), large, [16, 128], ["none", "sqrt"])
     base = _synthetic_base(modern or machines)
@@ -419,6 +429,15 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "bound_class": result["bound_class"],
         "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
         "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
+        # Whether the step's weights fit in the machine's largest on-chip level: then a
+        # step need not stream them from main memory (the flip figure marks these).
+        "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),
+        # The seed's back-of-the-envelope estimate of the same step (memwall.seed), and
+        # its a and pole d_min (transformers).
+        "a": result.get("a"), "d_min": result.get("d_min"),
+        "seed_seconds": result["seed"]["seconds"],
+        "seed_memory_ratio": result["seed"]["memory_ratio"],
+        "seed_fraction_of_peak": result["seed"]["fraction_of_peak"],
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
     })
@@ -452,10 +471,62 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 # Running
 
 
-def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None) -> Mapping[str, Any]:
+def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None,
+                    allow_fallback: bool = False, replays: str | None = None) -> Mapping[str, Any]:
     from ..simulate import run_case
 
-    return run_case(case, machine=machine, max_lookups=max_lookups)
+    return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback,
+                    replays=ReplayStore(replays) if replays is not None else None)
+
+
+# Distinct steps the cost estimate keeps built at once (a step of a large network holds
+# its kernels and loop nests; sweeps list cases machine by machine, so a few suffice).
+_PLANNED_STEPS = 64
+
+
+@dataclass
+class SweepPlan:
+    """What :func:`plan_costs` found before any case ran."""
+
+    lookups: int = 0  # line lookups the cases will replay, shared replays counted once
+    refused: dict[Case, str] = field(default_factory=dict)  # case -> why (over --max-lookups)
+    replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.simulate.replay_key
+
+
+def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
+    """The line lookups ``cases`` will replay, the refusal of each case over
+    ``max_lookups``, and each case's replay key: worked out here, in the sweep's own
+    process, from the streams' analytic counts (:func:`memwall.simulate.plan_replay`)
+    before any worker starts, so a case that would run for days is refused without
+    occupying one, and cases that share a replay are known. A case that cannot be
+    planned (an unknown network, say) is left to its worker, which records why."""
+    from ..simulate import build_case_step, check_cost, plan_replay, replay_key
+
+    steps: dict[Case, Any] = {}
+    machines: dict[str, Machine] = {}
+    plan = SweepPlan()
+    for case in cases:
+        try:
+            shape = replace(case, machine="")
+            if shape not in steps:
+                if len(steps) >= _PLANNED_STEPS:
+                    steps.clear()
+                steps[shape] = build_case_step(case)
+            if case.machine not in machines:
+                machines[case.machine] = load_machine_spec(case.machine)
+            key = replay_key(machines[case.machine], case)
+            if key in plan.replay_keys.values():
+                plan.replay_keys[case] = key
+                continue
+            replay = plan_replay(machines[case.machine], steps[shape])
+            check_cost(replay, max_lookups)
+        except InputError as err:
+            if err.field == "--max-lookups":
+                plan.refused[case] = f"{type(err).__name__}: {err}"  # what the worker would have written
+            continue
+        plan.replay_keys[case] = key
+        plan.lookups += replay.lookups
+    return plan
 
 
 def execute(case: Case, runner: Runner | None = None) -> dict[str, Any]:
@@ -566,8 +637,10 @@ class _Feeder:
     """
 
     def __init__(self, todo: Sequence[Case], store: Store, keys: Mapping[Case, str],
-                 on_shared: Callable[[], Any] | None = None) -> None:
+                 on_shared: Callable[[], Any] | None = None, replay_keys: Mapping[Case, str] | None = None) -> None:
         self.waiting = list(todo)
+        self.replay_keys = dict(replay_keys or {})
+        self.replaying: dict[Case, str] = {}  # case in flight -> the replay it computes
         self.on_shared = on_shared
         self.store = store
         self.keys = keys
@@ -579,8 +652,14 @@ class _Feeder:
         return not self.waiting
 
     def take(self) -> Any:
-        """A claimed case to compute, ``_WAIT``, or None when nothing is left."""
+        """A claimed case to compute, ``_WAIT``, or None when nothing is left.
+
+        A case whose replay another case in flight is computing waits for it, so the
+        replay is stored before the case asks for it and runs once."""
+        busy = set(self.replaying.values())
         for i, case in enumerate(self.waiting):
+            if self.replay_keys.get(case) in busy:
+                continue
             key = self.keys[case]
             if not self.store.claim(key):
                 self.others.add(case)
@@ -594,8 +673,14 @@ class _Feeder:
                     self.on_shared()
                 return self.take()
             del self.waiting[i]
+            if case in self.replay_keys:
+                self.replaying[case] = self.replay_keys[case]
             return case
         return _WAIT if self.waiting else None
+
+    def finished(self, case: Case) -> None:
+        """``case`` is done: the cases waiting for its replay may go."""
+        self.replaying.pop(case, None)
 
 
 def run_sweep(
@@ -609,6 +694,7 @@ def run_sweep(
     runner: Runner | None = None,
     progress: bool = True,
     max_lookups: int | None = None,
+    allow_fallback: bool = False,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
 
@@ -618,10 +704,14 @@ def run_sweep(
     moved aside and recomputed (:class:`~memwall.experiments.store.Store`); a case that
     another sweep sharing ``out`` is computing is waited for, not computed twice. A case
     whose replay would need more than ``max_lookups`` line lookups (None: the default of
-    :func:`memwall.simulate.run_case`) fails with the estimate as its reason.
+    :func:`memwall.simulate.run_case`) fails with the estimate as its reason, estimated
+    before any case runs (:func:`plan_costs`); ``allow_fallback`` runs a ``dtype`` a
+    machine lacks at its nearest dtype's rate instead of failing the case.
     """
-    if runner is None and max_lookups is not None:
-        runner = partial(_default_runner, max_lookups=max_lookups)
+    planned = runner is None  # a caller's own runner may replay nothing: its cost is its own
+    if runner is None:
+        runner = partial(_default_runner, max_lookups=max_lookups, allow_fallback=allow_fallback,
+                         replays=str(out))
     check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases)
     check_out_dir(out)
@@ -635,11 +725,19 @@ def run_sweep(
         if rec is None or rec.get("status") != "ok":
             todo.append(case)
     reused = len(cases) - len(todo)
+    plan = plan_costs(todo, max_lookups) if planned else SweepPlan()
+    if progress and plan.lookups:
+        print(f"{len(todo)} cases to run: about {plan.lookups:.3g} line lookups, at most "
+              f"{duration(plan.lookups / ENGINE_RATE / min(jobs, len(todo)))} on {min(jobs, len(todo))} "
+              f"worker(s)", file=sys.stderr)
 
+    refused = plan.refused
+    todo = [c for c in todo if c not in refused]
     bar = _progress(len(cases), reused, progress)
     failures = 0
     computed = 0
-    feeder = _Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None)
+    feeder = _Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None,
+                     replay_keys=plan.replay_keys)
     try:
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
             nonlocal failures, computed
@@ -649,6 +747,7 @@ def run_sweep(
                        "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
                        "result": outcome.get("result")})
             store.release(keys[case])
+            feeder.finished(case)
             computed += 1
             if bar is not None:
                 bar.update(1)
@@ -656,6 +755,8 @@ def run_sweep(
                     failures += 1
                     bar.set_postfix_str(f"failed {failures}")
 
+        for case, reason in refused.items():
+            finish(case, {"error": reason})
         if todo:
             if executor == "dask":
                 _run_dask(feeder, runner, jobs, scheduler, finish)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -390,19 +391,63 @@ def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> 
     return run
 
 
-def write_validation(out: str | Path, measurements: str | Path | None = None) -> list[Path]:
+def _predict_one(case: Case) -> tuple[Case, dict[str, Any] | None]:
+    from ..simulate import run_case
+
+    try:
+        return case, dict(run_case(case))
+    except Exception:  # noqa: BLE001 - validate() asks again in the parent and reports why on the case
+        return case, None
+
+
+def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None) -> int:
+    """Predict, on ``jobs`` worker processes (None: the cores), every case not yet stored
+    in ``folder`` (:func:`cached_predictor`'s store), so that the validation's predictions
+    run side by side rather than one after another; returns how many were computed. A
+    case that fails is left for :func:`validate`, which reports its reason."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .store import Store
+    from .sweep import _stop_workers, _watch_parent, case_key, default_jobs
+
+    store = Store(folder, content="result")
+    todo = list(dict.fromkeys(c for c in cases if (store.get(case_key(c)) or {}).get("status") != "ok"))
+    jobs = min(jobs or default_jobs(), len(todo))
+    if jobs < 2:
+        return 0
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_watch_parent, initargs=(os.getpid(),))
+    done = 0
+    try:
+        for case, result in pool.map(_predict_one, todo):
+            if result is not None:
+                result.pop("kernels", None)
+                store.put({"key": case_key(case), "status": "ok", "case": case.as_dict(), "result": result})
+                done += 1
+    except BaseException:
+        _stop_workers(pool)  # Ctrl-C, a dead worker: kill, don't wait; finished predictions are kept
+        raise
+    pool.shutdown(wait=True)
+    return done
+
+
+def write_validation(out: str | Path, measurements: str | Path | None = None, *, jobs: int | None = None) -> list[Path]:
     """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
     a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
     ``.svg``, and the figure's data as ``.csv``) beside its figures.
 
-    Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), and the
-    figure is redrawn only when the table it draws differs from the one last drawn."""
+    Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), made
+    on ``jobs`` processes (:func:`prefetch`), and the figure is redrawn only when the
+    table it draws differs from the one last drawn."""
     from .measurements import load_measurements
     from .store import atomic_write, write_csv
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = validate(load_measurements(measurements), cached_predictor(out / "validation"))
+    measured = load_measurements(measurements)
+    known = _known("machine"), _known("network")
+    prefetch([case_for(m) for m in measured if m.machine in known[0] and (m.network is None or m.network in known[1])],
+             out / "validation", jobs)
+    results = validate(measured, cached_predictor(out / "validation"))
     data = to_json(results)
     text = json.dumps(data, indent=1) + "\n"
     figdir = out / "figures"

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..vocabulary import DTYPE_BITS
+from ..vocabulary import DTYPE_BITS, WEIGHT_GROUP_SCALES
 from .config import DTYPE_BYTES, OPTIMIZER_STATES
 from .ops import OPTIMIZER_OPS, flops_of, plus, scale
 
@@ -103,6 +103,7 @@ class Graph:
         self.tensors: dict[str, TensorDecl] = {}
         self.ops: list[Op] = []
         self.params: list[Param] = []
+        self.scales: dict[str, str] = {}  # narrow weights (or a part of them) -> their group scales
         self.blocks: list[str] = []
         self.branched = False
         self.layer, self.group, self.block = -1, "", -1
@@ -142,6 +143,9 @@ class Graph:
         """``stored``: the weights kept in this narrow type (inference only), dequantized where used."""
         bits = DTYPE_BITS[stored] if stored else None
         w = self.tensor(name, values, cls="weights", whole_step=True, bits=bits)
+        if stored in WEIGHT_GROUP_SCALES:
+            group, scale = WEIGHT_GROUP_SCALES[stored]
+            self.scales[w] = self.tensor(f"scales.{name}", -(-values // group), scale, cls="weights", whole_step=True)
         g = None
         state: list[str] = []
         if training:
@@ -163,7 +167,13 @@ class Graph:
 
         # gradients may be wider than the weights (fp32 main gradients of a 16-bit step)
         grad_bits = 8 * (self.tensors[p.g].bytes // p.values) if p.g else 0
-        return Param(f"{p.name}[{i}]", cut(p.w, bits), cut(p.g, grad_bits) if p.g else None, (), values, p.layer,
+        w = cut(p.w, bits)
+        if p.w in self.scales:  # the part's groups of the scales (parts start on a group)
+            group, scale = WEIGHT_GROUP_SCALES[p.stored or ""]
+            parent = self.scales[p.w]
+            self.scales[w] = self.view(parent, f"{self.tensors[parent].name}[{i}]", offset_values // group * scale,
+                                       -(-values // group) * scale)
+        return Param(f"{p.name}[{i}]", w, cut(p.g, grad_bits) if p.g else None, (), values, p.layer,
                      p.group, False, p.stored)
 
     # ---- kernels --------------------------------------------------------------------------
@@ -190,6 +200,8 @@ class Graph:
         ``stored``: B is held in this narrow type and dequantized in the product's prologue,
         once per element per run: a scale multiply, and for the integer types the zero
         point's subtraction (as AWQ and GPTQ kernels do); those operations are counted.
+        Where the type has group scales (WEIGHT_GROUP_SCALES), the product reads B's
+        scales too, once a run (lowered with the epilogue's operands, after the product).
         """
         fma = batch * m * n * k
         ops: dict[str, int] = {"fma": fma}
@@ -198,7 +210,8 @@ class Graph:
             dq = batch * n * k
             ops = plus(ops, {"mul": dq, **({"add": dq} if stored.startswith("int") else {})})
             params = {"b_dtype": stored}
-        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, (a, b),
+        reads = (a, b, self.scales[b]) if stored and b in self.scales else (a, b)
+        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, reads,
                     (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, params=params, role=role))
 
     def ew(self, name: str, phase: str, reads: tuple[str, ...], writes: tuple[str, ...], elements: int,

@@ -66,9 +66,14 @@
     Object.keys(groups).forEach(function (net) {
       var s = groups[net].slice().sort(function (a, b) { return a.balance - b.balance; });
       traces.push({type: "scatter", mode: connect ? "lines+markers" : "markers", name: net, x: s.map(function (r) { return r.balance; }),
-        y: s.map(function (r) { return r[key]; }), marker: {size: 8, color: COLOURS[k % 10]},
-        customdata: s.map(function (r) { return [r.name || r.machine, net, fmt(r.balance), fmt(r.stall_fraction), fmt(r.memory_ratio), fmt(r.overhead_fraction), fmt(r.seconds), r.bound]; }),
-        hovertemplate: hover([["machine", 0], ["network", 1], ["balance", 2], ["stall fraction", 3], ["memory ÷ arithmetic time", 4], ["overhead share", 5], ["seconds", 6], ["bound", 7]])});
+        y: s.map(function (r) { return r[key]; }),
+        marker: {size: 8, color: COLOURS[k % 10], symbol: s.map(function (r) { return r.weights_on_chip ? "circle-open" : "circle"; })},
+        customdata: s.map(function (r) { return [r.name || r.machine, net, fmt(r.balance), fmt(r.stall_fraction), fmt(r.memory_ratio), fmt(r.overhead_fraction), fmt(r.seconds), r.bound, r.weights_on_chip ? "yes (hollow)" : "no"]; }),
+        hovertemplate: hover([["machine", 0], ["network", 1], ["balance", 2], ["stall fraction", 3], ["memory ÷ arithmetic time", 4], ["overhead share", 5], ["seconds", 6], ["bound", 7], ["weights fit on chip", 8]])});
+      var seed = s.filter(function (r) { return r.seed_memory_ratio; });
+      if (useRatio && seed.length) traces.push({type: "scatter", mode: "lines", name: net + ": seed model β / I",
+        x: seed.map(function (r) { return r.balance; }), y: seed.map(function (r) { return r.seed_memory_ratio; }),
+        line: {dash: "dash", width: 1, color: COLOURS[k % 10]}, hoverinfo: "name"});
       var I = (D.intensity || {})[net];
       if (I) traces.push({type: "scatter", mode: "lines", name: net + ": no-reuse intensity " + fmt(I), x: [I, I],
         y: useRatio ? [1e-4, 1e4] : [0, 1], line: {dash: "dot", color: COLOURS[k % 10]}, hoverinfo: "name"});
@@ -116,12 +121,39 @@
         y: s.map(function (r) { return r.fraction_of_peak; }), line: {color: COLOURS[k % 10]},
         customdata: s.map(function (r) { return [r.name || m, r.network, r.batch, r.tokens, fmt(r.fraction_of_peak), fmt(r.seconds), r.bound]; }),
         hovertemplate: hover([["machine", 0], ["network", 1], ["batch", 2], ["tokens", 3], ["of peak", 4], ["seconds", 5], ["bound", 6]])});
+      var seed = s.filter(function (r) { return r.seed_fraction_of_peak; });
+      if (seed.length) traces.push({type: "scatter", mode: "lines", name: (s[0].name || m) + ": seed model",
+        x: seed.map(function (r) { return r.tokens; }), y: seed.map(function (r) { return r.seed_fraction_of_peak; }),
+        line: {dash: "dash", width: 1, color: COLOURS[k % 10]},
+        customdata: seed.map(function (r) { return [r.tokens, fmt(r.seed_fraction_of_peak), fmt(r.fraction_of_peak)]; }),
+        hovertemplate: hover([["tokens", 0], ["seed: of peak", 1], ["simulated: of peak", 2]])});
     });
     ((F.batch_window || {}).model || []).forEach(function (t, k) {
       traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": T_min " + fmt(t.t_min) + " tokens",
         x: [t.t_min, t.t_min], y: [0, 1], line: {dash: "dot", color: COLOURS[k % 10]},
         hovertemplate: "T_min = β·b_w/(F/P) = " + fmt(t.balance) + " × " + fmt(t.b_w) + " / " + fmt(t.flops_per_token) + " = " + fmt(t.t_min) + " tokens<extra></extra>"});
+      if (t.t_step) traces.push({type: "scatter", mode: "lines", name: (t.name || t.machine) + ": floor per optimizer step " + fmt(t.t_step) + " tokens",
+        x: [t.t_step, t.t_step], y: [0, 1], line: {dash: "dashdot", width: 1, color: COLOURS[k % 10]},
+        hovertemplate: "T_step = β·(b_update + b_comm)/(F/P) = " + fmt(t.t_step) + " tokens<extra></extra>"});
+      if (t.t_opt) traces.push({type: "scatter", mode: "markers", name: (t.name || t.machine) + ": time-optimal batch " + fmt(t.t_opt) + " tokens",
+        x: [t.t_opt], y: [0.02], marker: {symbol: "triangle-up", size: 11, color: COLOURS[k % 10]},
+        hovertemplate: "√(T_step · B_crit) = " + fmt(t.t_opt) + " tokens<extra></extra>"});
     });
+    var wide = (F.batch_window || {}).wide || [], dashes = ["solid", "dash", "dashdot", "dot"];
+    uniq(wide.map(function (r) { return r.network + " fusion " + (r.fusion || "none"); })).forEach(function (key, i) {
+      var s = wide.filter(function (r) { return r.network + " fusion " + (r.fusion || "none") === key; }).sort(function (a, b) { return a.tokens - b.tokens; });
+      var ceiling = s[0].d_min ? s[0].d_model / (s[0].d_model + s[0].d_min) : null;
+      traces.push({type: "scatter", mode: "lines+markers", name: s[0].network + " (d = " + s[0].d_model + ") on " + (s[0].name || s[0].machine) + ", fusion " + (s[0].fusion || "none"),
+        x: s.map(function (r) { return r.tokens; }), y: s.map(function (r) { return r.fraction_of_peak; }),
+        line: {color: "#000", dash: dashes[i % 4]}, marker: {symbol: "square", size: 5},
+        customdata: s.map(function (r) { return [r.network, r.fusion, r.tokens, fmt(r.fraction_of_peak), fmt(r.d_min)]; }),
+        hovertemplate: hover([["network", 0], ["fusion", 1], ["tokens", 2], ["of peak", 3], ["d_min", 4]])});
+      if (ceiling) traces.push({type: "scatter", mode: "lines", name: "ceiling d/(d+d_min) = " + fmt(ceiling) + ", fusion " + (s[0].fusion || "none"),
+        x: [s[0].tokens, s[s.length - 1].tokens], y: [ceiling, ceiling], line: {color: "#777", width: 1, dash: dashes[i % 4]}, hoverinfo: "name"});
+    });
+    var crit = ((F.batch_window || {}).model || []).filter(function (t) { return t.b_crit; })[0];
+    if (crit) traces.push({type: "scatter", mode: "lines", name: "critical batch " + fmt(crit.b_crit) + " tokens (Kaplan et al. 2020 at loss " + fmt(crit.loss) + ")",
+      x: [crit.b_crit, crit.b_crit], y: [0, 1], line: {color: "#000", width: 1.5}, hoverinfo: "name"});
     plot("plot-batch_window", traces, {xaxis: ax("batch (tokens per weight visit)", true), yaxis: Object.assign(ax("fraction of peak FLOP/s"), {range: [0, 1.02]})});
   })();
 
@@ -229,6 +261,52 @@
         Plotly.relayout("plot-activation_highwater", {"shapes[0].x0": i, "shapes[0].x1": i, "shapes[1].x0": i, "shapes[1].x1": i});
       }, 60);
     });
+  })();
+
+  // 10. decode: tokens per second against batch, one trace per machine and context
+  (function () {
+    var t = ((F.decode || {}).rows || []).filter(function (r) { return r.status === "ok" && r.tokens_per_second; });
+    var traces = [], k = 0;
+    uniq(t.map(function (r) { return r.context; })).forEach(function (ctx, i) {
+      uniq(t.map(function (r) { return r.machine; })).forEach(function (m) {
+        var s = t.filter(function (r) { return r.machine === m && r.context === ctx; }).sort(function (a, b) { return a.batch - b.batch; });
+        if (!s.length) return;
+        traces.push({type: "scatter", mode: "lines+markers", name: m + ", context " + ctx,
+          x: s.map(function (r) { return r.batch; }), y: s.map(function (r) { return r.tokens_per_second; }),
+          line: {dash: i ? "dot" : "solid", color: COLOURS[k++ % 10]},
+          marker: {symbol: s.map(function (r) { return r.bound === "compute" ? "star" : (r.max_batch_that_fits != null && r.batch > r.max_batch_that_fits ? "x" : "circle"); }), size: 8},
+          customdata: s.map(function (r) { return [r.machine, r.network, r.batch, ctx, fmt(r.tokens_per_second), r.bound, r.max_batch_that_fits]; }),
+          hovertemplate: hover([["machine", 0], ["network", 1], ["batch", 2], ["context", 3], ["tokens/s", 4], ["bound", 5], ["largest batch that fits", 6]])});
+      });
+    });
+    plot("plot-decode", traces, {xaxis: ax("batch (sequences decoding together)", true), yaxis: ax("tokens per second (all sequences)", true)});
+  })();
+
+  // 11. last-level capacity: memory bytes against the last cache level's capacity
+  (function () {
+    var t = (F.llc_capacity || {}).capacity || [], traces = [];
+    uniq(t.map(function (r) { return r.machine + " / " + r.network; })).forEach(function (name, k) {
+      var s = t.filter(function (r) { return r.machine + " / " + r.network === name; }).sort(function (a, b) { return a.capacity - b.capacity; });
+      traces.push({type: "scatter", mode: "lines+markers", name: s[0].network + " on " + s[0].machine + " (" + s[0].level + ")",
+        x: s.map(function (r) { return r.capacity; }), y: s.map(function (r) { return Math.max(r.memory_bytes, 1); }),
+        line: {color: COLOURS[k % 10]}, marker: {size: s.map(function (r) { return r.actual ? 12 : 4; }), symbol: s.map(function (r) { return r.actual ? "circle-open" : "circle"; })},
+        customdata: s.map(function (r) { return [r.machine, r.network, fmt(r.capacity), fmt(r.memory_bytes), r.actual ? "yes" : ""]; }),
+        hovertemplate: hover([["machine", 0], ["network", 1], ["capacity B", 2], ["memory bytes", 3], ["the machine's own", 4]])});
+    });
+    plot("plot-llc_capacity", traces, {xaxis: ax("last-level cache capacity (B)", true), yaxis: ax("main-memory bytes of one training step (1 = none)", true)});
+  })();
+
+  // 13. bytes per token, stacked
+  (function () {
+    var t = ((F.bytes_per_token || {}).bytes || []).slice().sort(function (a, b) { return a.tokens - b.tokens; });
+    var parts = [["weights", "weights and gradients"], ["optimizer", "optimizer state"], ["communication", "gradient all-reduce"], ["activations", "activations"]];
+    var traces = parts.map(function (p, k) {
+      return {type: "scatter", mode: "lines", stackgroup: "bytes", name: p[1], x: t.map(function (r) { return r.tokens; }),
+        y: t.map(function (r) { return r[p[0]]; }), line: {color: D.stall_colours[k]},
+        customdata: t.map(function (r) { return [r.network, r.batch, r.tokens, fmt(r[p[0]])]; }),
+        hovertemplate: hover([["network", 0], ["batch", 1], ["tokens", 2], [p[1] + " B/token", 3]])};
+    });
+    plot("plot-bytes_per_token", traces, {xaxis: ax("tokens per micro-batch", true), yaxis: ax("bytes per token (stacked)", true)});
   })();
 
   // The machine picker: that machine's breakdown across networks and batches, and its section.

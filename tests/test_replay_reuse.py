@@ -1,0 +1,112 @@
+"""Cases that differ only in what the engine never sees share one replay (issue 16, item 2).
+
+The engine sees a profile's cache levels and its schedule; bandwidths, latencies, peak
+rates, dispatch costs and the word size act only in the timing. A synthetic bandwidth
+sweep, an H200 beside an H100, or one case in eager and graph dispatch therefore replay
+a step identically, and memwall replays it once: in one process through any cache
+given to ``run_case``, and across a sweep's workers and reruns through the sweep
+folder's replay store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from memwall import simulate
+from memwall.experiments import sweep as sw
+from memwall.experiments.store import REPLAYS_DIR, ReplayStore
+from memwall.profiles import load_machine
+from memwall.simulate import Case, engine_fields, replay_key, run_case
+
+
+class DictReplays:
+    def __init__(self) -> None:
+        self.kept: dict = {}
+
+    def get(self, key):
+        return self.kept.get(key)
+
+    def put(self, key, counters):
+        self.kept[key] = counters
+
+
+def _count_replays(monkeypatch) -> list:
+    calls: list = []
+    real = simulate.replay_step
+    monkeypatch.setattr(simulate, "replay_step", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    return calls
+
+
+def test_only_engine_visible_fields_change_the_replay_key():
+    h100, case = load_machine("h100-sxm"), Case("h100-sxm", "gpt2-small", 2)
+    faster = load_machine("h100-sxm", sets={"memory.bandwidth": "30 TB/s", "memory.latency": "100 ns",
+                                            "compute.bf16": "5 PFLOP/s"})
+    assert engine_fields(faster) == engine_fields(h100)
+    assert replay_key(faster, case) == replay_key(h100, case)
+    assert replay_key(h100, Case("h100-sxm", "gpt2-small", 2, dispatch="graph")) == replay_key(h100, case)
+    assert replay_key(load_machine("h200"), case) == replay_key(h100, case)  # the same GH100 L2 and tiles
+    smaller_l2 = dataclasses.replace(h100, levels=tuple(
+        dataclasses.replace(lv, size=lv.size // 2) if lv.name == "L2" else lv for lv in h100.levels))
+    other_tiles = load_machine("h100-sxm", sets={"schedule.tile_n": "64"})
+    assert len({replay_key(m, case) for m in (h100, smaller_l2, other_tiles)}) == 3
+    assert replay_key(h100, Case("h100-sxm", "gpt2-small", 4)) != replay_key(h100, case)
+
+
+def test_a_shared_replay_gives_exactly_the_numbers_of_its_own(monkeypatch):
+    case = Case("h100-sxm", "gpt2-small", 2)
+    faster = load_machine("h100-sxm", sets={"memory.bandwidth": "30 TB/s"})
+    alone = run_case(case, machine=faster)
+    calls = _count_replays(monkeypatch)
+    cache = DictReplays()
+    run_case(case, replays=cache)
+    shared = run_case(case, machine=faster, replays=cache)
+    assert len(calls) == 1  # the second case replayed nothing
+    assert json.dumps(shared, sort_keys=True) == json.dumps(alone, sort_keys=True)
+    assert shared["seconds"] < run_case(case)["seconds"]  # and it is timed with its own bandwidth
+
+
+def test_a_sweep_replays_each_engine_key_once_and_rows_match_separate_runs(tmp_path, monkeypatch):
+    machines = [sw.synthetic_spec("h100-sxm", bw) for bw in (1e12, 3e12, 1e13)]
+    cases = sw.product(machines, ["nettalk", "encoder-8-3-8"], [1])
+    result = sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
+    stored = ReplayStore(tmp_path / "s")
+    keys = {replay_key(sw.load_machine_spec(c.machine), c) for c in cases}
+    assert len(keys) == 2 and all(stored.get(k) is not None for k in keys)
+    assert len(list((tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json"))) == 2
+    # The same rows as cases run each on its own, with no replay shared.
+    alone = sw.run_sweep(cases, tmp_path / "alone", jobs=1, progress=False,
+                         runner=lambda case, machine=None: run_case(case, machine=machine))
+    strip = [{k: v for k, v in r.items() if k != "key"} for r in result.rows]
+    assert strip == [{k: v for k, v in r.items() if k != "key"} for r in alone.rows]
+
+
+def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
+    a, b, c = (Case(m, "nettalk") for m in ("h100-sxm", "h200", "vax-11-780"))
+    store = sw.Store(tmp_path)
+    keys = {x: sw.case_key(x) for x in (a, b, c)}
+    feeder = sw._Feeder([a, b, c], store, keys, replay_keys={a: "k1", b: "k1", c: "k2"})
+    assert feeder.take() == a
+    assert feeder.take() == c  # b waits: a is computing its replay
+    assert feeder.take() is sw._WAIT
+    feeder.finished(a)
+    assert feeder.take() == b
+    store.release_all()
+
+
+@pytest.mark.parametrize("damage", ["not json", "edited"])
+def test_a_damaged_stored_replay_is_recomputed(tmp_path, damage):
+    case = Case("h100-sxm", "nettalk")
+    sw.run_sweep([case], tmp_path / "s", jobs=1, progress=False)
+    (path,) = (tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json")
+    if damage == "not json":
+        path.write_text("{")
+    else:
+        record = json.loads(path.read_text())
+        record["replay"]["kernels"][0]["accesses"] += 1
+        path.write_text(json.dumps(record))
+    assert ReplayStore(tmp_path / "s").get(path.stem) is None
+    again = sw.run_sweep([case], tmp_path / "t", jobs=1, progress=False)
+    assert again.rows[0]["status"] == "ok"
