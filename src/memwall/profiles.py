@@ -138,6 +138,19 @@ def _no_launch_overhead(value: Any, context: dict[str, Any]) -> Any:
                      "docs/timing.md, 'Dispatch'")
 
 
+def _curve(value: Any, context: dict[str, Any]) -> list[list[float]]:
+    """[[dimension, fraction], ...]: dimensions whole and >= 1, increasing; fractions in (0, 1]."""
+    pairs = list(value) if isinstance(value, list | tuple) else None
+    if not pairs or any(not isinstance(p, list | tuple) or len(p) != 2 for p in pairs):
+        raise InputError(f"expected [[dimension, fraction], ...], got {value!r}")
+    out = [[float(d), float(f)] for d, f in pairs]
+    if any(d < 1 or d != int(d) or not 0 < f <= 1 for d, f in out):
+        raise InputError(f"dimensions must be whole numbers >= 1 and fractions in (0, 1], got {value!r}")
+    if any(a[0] >= b[0] for a, b in zip(out, out[1:], strict=False)):
+        raise InputError(f"dimensions must increase, got {value!r}")
+    return out
+
+
 def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:
     if len(value) != 2:
         raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {list(value)!r}")
@@ -220,6 +233,14 @@ TIMING = Table("[timing]", (
           when=_OVERLAPPED),
     Field("cores", "int", "cores the peak counts, whose misses are in flight together (a level serves at most "
           "mlp x cores fetches per latency)", required=True, minimum=1, figure="optional", when=_OVERLAPPED),
+    Field("outer_product", "any", "time per output element of a K = 1 product (column @ row) where the library "
+          "runs it outside its BLAS, as numpy.matmul does; unstated: such products run as any other",
+          parse=_time, unit=_T, figure="required", when=_OVERLAPPED),
+    Field("efficiency_mn", "any", "fraction of the peak a product reaches by its smaller of M and N, "
+          "[[dimension, fraction], ...], interpolated in log2(dimension); unstated: 1", parse=_curve,
+          unit="pairs", figure="required", when=_OVERLAPPED),
+    Field("efficiency_k", "any", "the same by K (the batch of a weight-gradient product)", parse=_curve,
+          unit="pairs", figure="required", when=_OVERLAPPED),
     Field("subword_float", "bool", "true if the machine has floating point narrower than its word (a 32-bit "
           "format); false: every element moves as a whole word", required=True, figure="required", when=_VECTOR),
     Field("dispatch", "table", "how kernels are issued: the default mode and each mode's costs",

@@ -324,6 +324,7 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
                 ops=dict(kernel.ops),
                 traffic=traffic,
                 repeat=kernel.repeat,
+                dims=kernel.dims,
             )
         )
     return StepTiming(

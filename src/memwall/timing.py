@@ -14,6 +14,7 @@ Everything here is in seconds internally; cycles are seconds x the machine's clo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -218,6 +219,7 @@ class KernelWork:
     dtype: str
     flops: int
     ops: Mapping[str, int]  # itemised operations (fma, add, sub, mul, div, exp)
+    dims: tuple[int, int, int] | None = None  # a product's (M, N, K)
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,13 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     cores = int(_param(machine, "cores", 1))
     busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
     compute = work.flops / (arithmetic_rate(machine, work.dtype, work.op) * busy / cores)
+    outer = machine.timing.params.get("outer_product")
+    if outer and work.op == "gemm" and work.dims is not None and work.dims[2] == 1:
+        # A host whose library runs a K = 1 product in its own loop, not the BLAS
+        # (numpy.matmul): flops / 2 output elements at the measured time each.
+        compute = work.flops / 2 * float(outer)
+    elif work.op == "gemm" and work.dims is not None:
+        compute /= product_efficiency(machine, work.dims)
     terms = _transfers(traffic)
     # Little's law: with mlp misses in flight on each busy core, a level serves at most
     # mlp x busy fetches per latency, whatever its bandwidth.
@@ -330,6 +339,25 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     else:
         raise InputError(f"overlap must be 'sum' or 'max', got {how!r}", field="timing.overlap")
     return ModelTimes(compute, 0.0, stall, terms)
+
+
+def product_efficiency(machine: Machine, dims: tuple[int, int, int]) -> float:
+    """The fraction of the peak an (M, N, K) product reaches, by the profile's measured
+    ``efficiency_mn`` (at min(M, N)) and ``efficiency_k`` (at K), the smaller of the two;
+    log2-linear between points, the end points' values beyond them; 1 where unstated."""
+    out = 1.0
+    for key, d in (("efficiency_mn", min(dims[0], dims[1])), ("efficiency_k", dims[2])):
+        curve = machine.timing.params.get(key)
+        if not curve or d < 1:
+            continue
+        x, (x0, f0) = math.log2(d), curve[0]
+        f = f0 if x <= math.log2(x0) else curve[-1][1]
+        for (a, fa), (b, fb) in zip(curve, curve[1:], strict=False):
+            if math.log2(a) <= x <= math.log2(b):
+                f = fa + (fb - fa) * (x - math.log2(a)) / (math.log2(b) - math.log2(a))
+                break
+        out = min(out, f)
+    return out
 
 
 def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
@@ -377,12 +405,13 @@ def time_kernel(
     ops: Mapping[str, int],
     traffic: KernelTraffic,
     repeat: int = 1,
+    dims: tuple[int, int, int] | None = None,
 ) -> KernelTiming:
     """Time one kernel run by the machine's model, then scale by ``repeat``."""
     model = MODELS.get(machine.timing.model)
     if model is None:
         raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
-    t = model(machine, KernelWork(op, dtype, flops, ops), traffic)
+    t = model(machine, KernelWork(op, dtype, flops, ops, dims), traffic)
     widen = word_widening(machine, dtype)
     return KernelTiming(
         name=name,

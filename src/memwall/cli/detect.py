@@ -18,9 +18,12 @@ from ._output import print_json
 
 DESCRIPTION = (
     "Read this host's caches and clock from the operating system, measure peak FLOP/s "
-    "(NumPy matrix product, fp32 and fp64), bandwidth (STREAM-like copy and triad, per "
-    "level and main memory) and latency (pointer chase), and write a profile that "
-    "'memwall machines validate' accepts. Under a minute; --quick takes seconds."
+    "(the best of NumPy matrix products up to 4096, all BLAS threads, fp32 and fp64), the "
+    "fraction of it products with a small dimension reach, the cost of one NumPy call "
+    "(written as eager dispatch), numpy.matmul's K=1 loop, bandwidth (STREAM-like copy and "
+    "triad, per level and main memory), latency (pointer chase) and the last level's "
+    "effective size, and write a profile that 'memwall machines validate' accepts. About "
+    "a minute; --quick takes seconds."
 )
 
 

@@ -10,17 +10,28 @@ experiment (``experiments/host_check.py``), not here.
 """
 
 from .measure import (
+    EFFICIENCY_DIMS,
     KERNEL_BYTES,
+    PEAK_SIZES,
     TLB_WINDOW,
     BandwidthResult,
+    CallCost,
     Detected,
+    EffectiveSize,
+    EfficiencyCurve,
     LatencyPoint,
+    OuterResult,
     PeakResult,
     chase_array,
     detect,
     measure_bandwidth,
+    measure_call_costs,
+    measure_effective_size,
+    measure_efficiency,
     measure_latency,
+    measure_outer,
     measure_peak,
+    per_call_seconds,
 )
 from .probe import (
     SYS_CPU,
@@ -33,10 +44,12 @@ from .probe import (
     read_clock,
     read_cpu,
     read_memory_size,
+    set_blas_threads,
 )
 from .profile import (
     DETECT_SOURCE,
     Blocking,
+    as_behaving,
     blocking,
     profile_table,
     profile_toml,
@@ -46,8 +59,10 @@ from .profile import (
 )
 
 __all__ = [
-    "DETECT_SOURCE", "KERNEL_BYTES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking", "CacheInfo",
-    "CpuInfo", "Detected", "LatencyPoint", "PeakResult", "blas_info", "blocking", "chase_array", "detect",
-    "level_geometry", "measure_bandwidth", "measure_latency", "measure_peak", "profile_table", "profile_toml",
-    "read_caches", "read_clock", "read_cpu", "read_memory_size", "simd_lanes", "summary", "write_profile",
+    "DETECT_SOURCE", "EFFICIENCY_DIMS", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",
+    "CacheInfo", "CallCost", "CpuInfo", "Detected", "EffectiveSize", "EfficiencyCurve", "LatencyPoint", "OuterResult", "PeakResult",
+    "as_behaving", "blas_info", "blocking", "chase_array", "detect", "level_geometry", "measure_bandwidth", "measure_call_costs",
+    "measure_effective_size", "measure_efficiency", "measure_latency", "measure_outer", "measure_peak", "per_call_seconds",
+    "profile_table", "profile_toml", "read_caches", "read_clock", "read_cpu", "read_memory_size", "set_blas_threads",
+    "simd_lanes", "summary", "write_profile",
 ]

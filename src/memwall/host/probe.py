@@ -14,6 +14,7 @@ import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -193,23 +194,44 @@ def blas_info() -> BlasInfo:
         name = f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip()
     except Exception:  # noqa: BLE001 - show_config's shape differs between NumPy versions
         pass
-    for lib in _loaded_blas_libraries():
-        for prefix in ("scipy_openblas_", "openblas_", ""):
-            for suffix in ("64_", ""):
-                getter = getattr(lib, f"{prefix}get_num_threads{suffix}" if prefix else "openblas_get_num_threads",
-                                 None)
-                if getter is None:
-                    continue
-                getter.restype = ctypes.c_int
-                threads = int(getter())
-                core = None
-                corename = getattr(lib, f"{prefix}get_corename{suffix}", None)
-                if corename is not None:
-                    corename.restype = ctypes.c_char_p
-                    core = (corename() or b"").decode(errors="replace") or None
-                return BlasInfo(name, core, max(threads, 1), "asked OpenBLAS (get_num_threads)")
+    getter = _openblas_function("get_num_threads")
+    if getter is not None:
+        getter.restype = ctypes.c_int
+        threads = int(getter())
+        core = None
+        corename = _openblas_function("get_corename")
+        if corename is not None:
+            corename.restype = ctypes.c_char_p
+            core = (corename() or b"").decode(errors="replace") or None
+        return BlasInfo(name, core, max(threads, 1), "asked OpenBLAS (get_num_threads)")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return BlasInfo(name, None, cpus, "not stated by the BLAS: assumed one thread per available CPU")
+
+
+def set_blas_threads(threads: int) -> int:
+    """Make the OpenBLAS NumPy calls run ``threads`` threads; returns the count it reports
+    after. InputError where no OpenBLAS is loaded (another BLAS: set its own variable)."""
+    if threads < 1:
+        raise InputError(f"BLAS threads must be at least 1, got {threads}")
+    setter = _openblas_function("set_num_threads")
+    if setter is None:
+        raise InputError("no OpenBLAS is loaded into this process, so its threads cannot be set "
+                         "(set OMP_NUM_THREADS or the BLAS's own variable before starting)")
+    setter.argtypes = [ctypes.c_int]
+    setter(int(threads))
+    return blas_info().threads
+
+
+def _openblas_function(name: str) -> Any:
+    """OpenBLAS's ``name`` (get_num_threads, ...) in the first loaded library that has it,
+    under any of the prefixes and suffixes its builds use; None if none has it."""
+    for lib in _loaded_blas_libraries():
+        for prefix in ("scipy_openblas_", "openblas_"):
+            for suffix in ("64_", ""):
+                fn = getattr(lib, f"{prefix}{name}{suffix}", None)
+                if fn is not None:
+                    return fn
+    return None
 
 
 def _loaded_blas_libraries() -> list[ctypes.CDLL]:

@@ -7,8 +7,14 @@ declaration, not by string concatenation), :func:`write_profile` and :func:`summ
 
 Modelling choices, stated once here and again in the profile's notes:
 
-* Peak FLOP/s is the best rate of a large square ``numpy.matmul`` with all BLAS threads
-  (an achieved GEMM rate, not the datasheet's FMA-port count).
+* Peak FLOP/s is the best rate of square ``numpy.matmul`` products of order up to 4096
+  with all BLAS threads, best of several (an achieved GEMM rate, not the datasheet's
+  FMA-port count). ``efficiency_mn`` / ``efficiency_k`` are the fractions of it products
+  with a small M or K reach; ``outer_product`` is numpy.matmul's own K = 1 loop.
+* Dispatch is ``eager``: each kernel is a NumPy call, at the measured per-call cost, on
+  the core that then runs it (``device_gap`` 0).
+* The last level's size is what a chase finds it behaving as, where that is less than
+  the OS states (a shared L3); the other levels' sizes are the OS's.
 * Bandwidths are machine-wide (every BLAS thread streaming at once), so they match the
   machine-wide peak. Each is the bytes the cache model counts at that level per second:
   into the first level, the bytes the core's loads and stores touch (24 per triad
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +48,7 @@ from ..units import format_byte_rate, format_bytes, format_flop_rate, format_tim
 from .probe import SYS_CPU, CacheInfo, level_geometry
 
 if TYPE_CHECKING:
-    from .measure import Detected
+    from .measure import Detected, EffectiveSize, EfficiencyCurve
 
 DETECT_SOURCE = "detect"
 _CHASE = "pointer chase, one thread, random order within 128 KiB windows (TLB-resident)"
@@ -133,7 +139,28 @@ def _notes(d: Detected) -> str:
         "loads and stores touch (24 B per triad element).",
         "Timing overlapped/max: each measured bandwidth is end to end, so the levels' times are "
         "not added. mlp = memory bandwidth x memory latency / line (Little's law).",
+        *([f"Dispatch eager: every kernel is one NumPy call from Python, issued by the core that then runs "
+           f"it, at the measured {format_time(d.per_call)} per call (a framework that issues several calls "
+           f"for one kernel pays it several times)."] if d.per_call is not None else []),
+        *([f"outer_product: numpy.matmul runs a K = 1 product (column @ row) in NumPy's own loop, not the "
+           f"BLAS; {_outer_how(d)}."] if d.outer is not None else []),
     ])
+
+
+def _efficiency_how(c: EfficiencyCurve) -> str:
+    what = "M x {o} by {o} x {o} (C = A Bt, M the dimension)" if c.shape == "mn" else \
+        "{o} x K by K x {o} (C = At B, K the dimension)"
+    return (f"best of the repeats of float32 numpy.matmul {what.format(o=c.other)}, all BLAS threads, against "
+            "the fp32 peak (the last point is the peak's own order): "
+            + ", ".join(f"{d}: {format_flop_rate(r)}" for d, r, _ in c.points))
+
+
+def _outer_how(d: Detected) -> str:
+    o = d.outer
+    assert o is not None
+    return (f"best of {format_time(o.k1_seconds)} for a {o.m}x1 by 1x{o.n} float32 numpy.matmul, / {o.m * o.n} "
+            f"output elements (K = 2, through the BLAS: {format_time(o.k2_seconds)}); NumPy sends column @ row "
+            "to its own loop ('no blas needed')")
 
 
 def _identity(d: Detected, ident: str) -> dict[str, Any]:
@@ -157,13 +184,37 @@ def _compute(d: Detected) -> dict[str, Any]:
     out = {}
     for dtype, peak in d.peaks.items():
         median = 2.0 * peak.n**3 / float(np.median(peak.seconds))
+        tried = ", ".join(f"{n}: {format_flop_rate(r)}" for n, r in zip(peak.sizes, peak.rates, strict=True))
         how = (f"best of {len(peak.seconds)} numpy.matmul of two {peak.n}x{peak.n} {dtype} matrices, "
-               f"2n^3 FLOPs, {d.blas.threads} BLAS thread(s); median {format_flop_rate(median)}")
+               f"2n^3 FLOPs, {peak.threads} BLAS thread(s); median {format_flop_rate(median)}; "
+               f"best by order: {tried or peak.n}")
         out[dtype] = _fig(_rate(peak.flops, "FLOP/s"), DETECT_SOURCE, "measured", derivation=how)
     return out
 
 
-def _level(d: Detected, cache: CacheInfo) -> dict[str, Any]:
+def as_behaving(caches: Sequence[CacheInfo], effective: EffectiveSize | None) -> list[CacheInfo]:
+    """The caches as they behave: the last level at its measured effective size where that
+    is below what the OS states (the profile's levels and the blocks both use these)."""
+    out = list(caches)
+    if effective is not None and out and effective.size < out[-1].size:
+        last = out[-1]
+        out[-1] = replace(last, size=effective.size, sets=effective.size // (max(last.ways, 1) * last.line))
+    return out
+
+
+def _effective(d: Detected, cache: CacheInfo) -> tuple[CacheInfo, str]:
+    """The level as it behaves (:func:`as_behaving`); the note says both sizes."""
+    e = d.effective
+    if e is None or cache is not d.caches[-1] or e.size >= cache.size:
+        return cache, ""
+    note = (f"the OS states {format_bytes(e.stated)}; a one-thread chase finds it behaving as "
+            f"{format_bytes(e.size)} (latency past half-way from {format_time(e.inner)} to memory's "
+            f"{format_time(e.memory)} beyond that: the level is shared with other cores and processes)")
+    return as_behaving(d.caches, e)[-1], note
+
+
+def _level(d: Detected, stated: CacheInfo) -> dict[str, Any]:
+    cache, effective_note = _effective(d, stated)
     size, ways, geometry_note = level_geometry(cache)
     copy, triad = d.bandwidth[cache.name]
     first = cache is d.caches[0]
@@ -172,13 +223,32 @@ def _level(d: Detected, cache: CacheInfo) -> dict[str, Any]:
     bw_how = (f"triad over {format_bytes(triad.working_set)} in {triad.threads} thread(s), {counted}; "
               f"copy: {format_byte_rate(copy.core if first else copy.traffic)}")
     lat = d.latency[cache.name]
+    size_fig = (_fig(size, "sysfs", "secondary", note=geometry_note) if not effective_note else
+                _fig(size, DETECT_SOURCE, "measured", derivation=effective_note, note=geometry_note))
     return {
-        "name": cache.name, "size": _fig(size, "sysfs", "secondary", note=geometry_note), "line": cache.line,
+        "name": cache.name, "size": size_fig, "line": cache.line,
         "ways": ways, "policy": "lru", "write": "back-allocate", "inclusion": "none", "shared_by": cache.shared_by,
         "latency": _fig(f"{lat.seconds * 1e9:.4g} ns", DETECT_SOURCE, "measured",
                         derivation=f"{_CHASE}, over {format_bytes(lat.working_set)}"),
         "bandwidth": _fig(_rate(triad.core if first else triad.traffic, "B/s"), DETECT_SOURCE, "measured",
                           derivation=bw_how),
+    }
+
+
+def _dispatch(d: Detected) -> dict[str, Any] | None:
+    """[timing.dispatch]: the host issues every kernel itself, one NumPy call each, at the
+    measured per-call cost. ``device_gap`` is left at its default 0: there is no device
+    stream to gap (the core that issues a call also runs it), so nothing to measure."""
+    if d.per_call is None:
+        return None
+    kinds = "; ".join(f"{c.name} {c.seconds * 1e9:.4g} ns" for c in d.calls)
+    return {
+        "default": "eager",
+        "eager": {
+            "host_issue": _fig(f"{d.per_call * 1e9:.4g} ns", DETECT_SOURCE, "measured",
+                               derivation=f"median over kinds of call of the best of {d.calls[0].trials} loops of "
+                                          f"{d.calls[0].calls} one-element NumPy calls each: {kinds}"),
+        },
     }
 
 
@@ -204,6 +274,11 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
         "timing": {
             "model": "overlapped", "overlap": "max",
             "mlp": _fig(round(d.mlp, 2), DETECT_SOURCE, "measured", derivation=mlp_how), "cores": 1,
+            **({"outer_product": _fig(f"{d.outer.per_element * 1e9:.4g} ns", DETECT_SOURCE, "measured",
+                                      derivation=_outer_how(d))} if d.outer is not None else {}),
+            **{f"efficiency_{c.shape}": _fig([[p[0], float(f"{p[2]:.4g}")] for p in c.points], DETECT_SOURCE, "measured",
+                                             derivation=_efficiency_how(c)) for c in d.efficiency},
+            **({"dispatch": _dispatch(d)} if d.calls else {}),
             "note": "overlap 'max' because each bandwidth was measured end to end; cores = 1 because mlp was "
                     "measured with every BLAS thread at once: it is the chip's already",
         },
@@ -213,7 +288,8 @@ def _memory_and_timing(d: Detected) -> dict[str, Any]:
 def profile_table(d: Detected, ident: str = "host") -> dict[str, Any]:
     """The detected host as a profile table (format 1), every figure with its provenance."""
     mode = "quick mode (small sizes)" if d.quick else "full mode"
-    blocks_note = ("BLIS-like blocks for fp32 derived from the detected caches: "
+    blocks_note = ("BLIS-like blocks for fp32 derived from the detected caches, the last level at its measured "
+                   "size: "
                    + "; ".join(f"{k}: {v}" for k, v in d.blocks.derivation.items()))
     return {
         **_identity(d, ident),
@@ -248,7 +324,17 @@ def summary(d: Detected) -> str:
     if d.clock:
         out.append(f"clock {d.clock[0] / 1e6:.6g} MHz ({d.clock[1]})")
     for dtype, p in d.peaks.items():
-        out.append(f"peak {dtype} {format_flop_rate(p.flops)} (matmul {p.n})")
+        out.append(f"peak {dtype} {format_flop_rate(p.flops)} (best at matmul {p.n}, {p.threads} thread(s); "
+                   + ", ".join(f"{n}: {format_flop_rate(r)}" for n, r in zip(p.sizes, p.rates, strict=True)) + ")")
+    if d.per_call is not None:
+        out.append(f"per NumPy call {format_time(d.per_call)} (median; "
+                   + ", ".join(f"{c.name.split('(')[0]} {format_time(c.seconds)}" for c in d.calls) + ")")
+    if d.outer is not None:
+        out.append(f"K=1 matmul (NumPy loop) {d.outer.per_element * 1e9:.3g} ns per output element")
+    if d.effective is not None:
+        out.append(f"{d.effective.level} behaves as {format_bytes(d.effective.size)} of the stated "
+                   f"{format_bytes(d.effective.stated)} (chase: " + ", ".join(
+                       f"{format_bytes(p.working_set)} {p.seconds * 1e9:.3g} ns" for p in d.effective.curve) + ")")
     for cache in d.caches:
         copy, triad = d.bandwidth[cache.name]
         out.append(f"{cache.name}: {format_bytes(cache.size)}, {cache.line} B lines, {cache.ways} ways, "
