@@ -43,11 +43,12 @@ TITLES = {
     "decode": "10. Decode: tokens per second against batch, at a short and a long context",
     "llc_capacity": "11. Cache each network needs: main-memory bytes against last-level capacity",
     "bytes_per_token": "13. Bytes per token: weights, optimizer, communication and activations against batch",
+    "tricks": "14. What each trick buys: time per token and memory per device, the tricks added in turn",
     "gholami": "12. Gholami's case study, simulated: encoders against a decoder over sequence length",
 }
 # Figures drawn only when named (``write_figures(..., only=[...])``): they simulate cases
 # of their own rather than read a sweep's, so a sweep does not pay for them unasked.
-OPT_IN = ("gholami",)
+OPT_IN = ("gholami", "tricks")
 KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
                 "array": "P"}
 STALL_COLOURS = ["#c44e52", "#dd8452", "#937860", "#8172b3", "#da8bc3", "#8c8c8c", "#ccb974"]
@@ -769,6 +770,64 @@ def fig_bytes_per_token(table: Sequence[Mapping[str, Any]]):
 
 
 # --------------------------------------------------------------------------------------
+# 14. What each trick buys (opt-in: it simulates its own ladders of cases)
+
+
+def _tricks_table() -> list[dict[str, Any]]:
+    from .tricks import tricks_table
+
+    return tricks_table()
+
+
+def _tricks_inputs() -> dict[str, Any]:
+    """What the ladders are computed from: reused while the model, profiles and presets are unchanged."""
+    import json
+
+    from .store import dumps
+    from .sweep import machine_info, network_info
+    from .tricks import TRICK_CASES, TRICKS
+
+    return json.loads(dumps({"model": MODEL_VERSION, "tricks": TRICKS, "cases": TRICK_CASES,
+                             "machines": {m: machine_info(m).fingerprint for m, _, _, _ in TRICK_CASES},
+                             "networks": {n: network_info(n).fingerprint for _, n, _, _ in TRICK_CASES}}))
+
+
+def fig_tricks(table: Sequence[Mapping[str, Any]]):
+    """Per case (a network on a machine of its era), bars left to right: seconds per token of
+    one device and bytes one device holds, with none of the tricks and then each added."""
+    if not table:
+        return _empty("tricks", "the ladders of memwall.experiments.tricks")
+    plt = _plt()
+    cases = list(dict.fromkeys((r["machine"], r["network"]) for r in table))
+    fig, axes = plt.subplots(2, len(cases), figsize=(5.2 * len(cases), 7.5), squeeze=False)
+    for col, (machine, network) in enumerate(cases):
+        rows = sorted((r for r in table if (r["machine"], r["network"]) == (machine, network)), key=lambda r: r["index"])
+        names = [r["trick"] if r["index"] == 0 else "+ " + r["trick"] for r in rows]
+        xs = range(len(rows))
+        top, bottom = axes[0][col], axes[1][col]
+        top.bar(xs, [r["seconds_per_token"] for r in rows], color=STALL_COLOURS[0])
+        top.set_yscale("log")
+        top.set_title(f"{network} on {machine}", fontsize=9)
+        top.set_ylabel("seconds per token, one device" if col == 0 else "")
+        bottom.bar(xs, [r["device_bytes"] for r in rows],
+                   color=[STALL_COLOURS[1] if r["fits"] else "#888888" for r in rows])
+        if rows[0].get("capacity"):
+            bottom.axhline(rows[0]["capacity"], color="k", lw=1, ls="--")
+        bottom.set_yscale("log")
+        bottom.set_ylabel("bytes one device holds at its peak" if col == 0 else "")
+        for ax in (top, bottom):
+            ax.set_xticks(list(xs), names, rotation=55, ha="right", fontsize=7)
+            ax.grid(True, axis="y", which="major", alpha=0.3)
+    _finish(fig, _sources("Each bar adds one trick to all those left of it (memwall.experiments.tricks.TRICKS): batch 8, "
+                          "8 micro-batches per optimizer step, 16-bit arithmetic with fp32 main gradients, full "
+                          "fusion, fused attention, checkpointing every layer, ZeRO-3 over 8 data-parallel devices, "
+                          "then 4 pipeline stages (x 2 replicas, ZeRO-1). Time per token of one device: a "
+                          "multi-device step's seconds x its devices / its tokens. Grey: the device's share does "
+                          "not fit its memory (dashed); the 1980s had only batching."))
+    return fig
+
+
+# --------------------------------------------------------------------------------------
 # 11. Last-level capacity: one pass of the capacity sweep per network and machine
 
 LLC_CASES = (("sun-3-260", "nettalk"), ("v100-sxm2", "lecun-1989"), ("h100-sxm", "affine-48x1024"))
@@ -1317,6 +1376,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "bytes_per_token": (lambda: _network_inputs(BYTES_PER_TOKEN_NETWORK, dp=BYTES_PER_TOKEN_DP,
                                                     seq_len=BYTES_PER_TOKEN_SEQ),
                             lambda: {"bytes": bytes_per_token_table()}, lambda d: fig_bytes_per_token(d["bytes"])),
+        "tricks": (lambda: _tricks_inputs(), lambda: {"ladder": _tricks_table()}, lambda d: fig_tricks(d["ladder"])),
         "gholami": (lambda: _gholami_inputs(gholami or {}), lambda: _gholami_data(gholami or {}),
                     lambda d: fig_gholami(d["rows"])),
     }
