@@ -278,3 +278,28 @@ def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path) -> No
     assert len(list((tmp_path / "two" / "validation" / "cases").glob("*.json"))) == 3
     one, two = ((tmp_path / d / "validation.json").read_text() for d in ("one", "two"))
     assert one == two and json.loads(two)["summary"]["cases"] == 3
+
+
+def test_a_quick_sweep_validates_the_one_device_measurements_only(tmp_path: Path) -> None:
+    from memwall.experiments.validate import write_validation
+    from probes import measurement_text
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "m.toml").write_text(measurement_text("a100-sxm") + """
+[[measurement]]
+id = "probe-eight-a100s"
+machine = "a100-sxm"
+network = "gpt2-small"
+batch = 1
+seq_len = 64
+dp = 8
+metric = "flops"
+value = 1e12
+source = "a test"
+reliability = "low"
+notes = "a probe on eight devices"
+""")
+    write_validation(tmp_path / "quick", folder, jobs=1, one_device=True)
+    ids = [c["id"] for c in json.loads((tmp_path / "quick" / "validation.json").read_text())["cases"]]
+    assert ids == ["probe-a100-sxm"]

@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_figures:
         from ..experiments.figures import write_figures
 
-        figs = write_figures(result.out, result.rows)
+        figs = write_figures(result.out, result.rows, quick=args.quick)
         print(f"{len(figs)} figures (PNG and SVG) in {result.out / 'figures'}")
     if result.failed:
         for row in result.failed:

@@ -1327,7 +1327,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
                   only: Iterable[str] | None = None,
                   measurements: str | os.PathLike[str] | None = None,
-                  gholami: Mapping[str, Any] | None = None) -> dict[str, list[Path]]:
+                  gholami: Mapping[str, Any] | None = None, quick: bool = False) -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
     Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
@@ -1338,7 +1338,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     :func:`ledger_table`) default to the shipped profiles and the affine-48x1024 network's
     steps; the validation figure predicts the shipped measurements, or those in
     ``measurements`` (file or folder). Figures in OPT_IN are drawn only when named in
-    ``only``; ``gholami`` holds keyword arguments of :func:`gholami_table`.
+    ``only``; ``gholami`` holds keyword arguments of :func:`gholami_table`. ``quick`` (a
+    quick sweep's) validates the one-device measurements only.
     """
     import hashlib
 
@@ -1406,5 +1407,5 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         # Predictions of the shipped measurements, independent of the sweep's own cases.
         from .validate import write_validation
 
-        written["validation"] = write_validation(out, measurements)
+        written["validation"] = write_validation(out, measurements, one_device=quick)
     return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}

@@ -432,20 +432,25 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None)
     return done
 
 
-def write_validation(out: str | Path, measurements: str | Path | None = None, *, jobs: int | None = None) -> list[Path]:
+def write_validation(out: str | Path, measurements: str | Path | None = None, *, jobs: int | None = None,
+                     one_device: bool = False) -> list[Path]:
     """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
     a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
     ``.svg``, and the figure's data as ``.csv``) beside its figures.
 
     Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), made
     on ``jobs`` processes (:func:`prefetch`), and the figure is redrawn only when the
-    table it draws differs from the one last drawn."""
+    table it draws differs from the one last drawn. ``one_device`` keeps the measurements
+    of one device (a quick sweep's: the multi-device point checks take minutes to predict;
+    ``memwall validate`` and the full sweep run them all)."""
     from .measurements import load_measurements
     from .store import atomic_write, write_csv
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     measured = load_measurements(measurements)
+    if one_device:
+        measured = [m for m in measured if m.dp * m.tp * m.pp == 1]
     known = _known("machine"), _known("network")
     prefetch([case_for(m) for m in measured if m.machine in known[0] and (m.network is None or m.network in known[1])],
              out / "validation", jobs)
