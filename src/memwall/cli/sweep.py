@@ -85,7 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-fallback", action="store_true",
                    help="run a --dtype a machine has no arithmetic for at its nearest dtype's rate, with a "
                         "warning in the case's result (without it such a case fails, naming the machine's dtypes)")
-    p.add_argument("--quick", action="store_true", help="a small version of the default study (under a minute)")
+    p.add_argument("--quick", action="store_true", help="a small version of the default study, validated against the "
+                   "one-device measurements only (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
