@@ -156,9 +156,13 @@ def case_config(case: Case, network: Network) -> TrainingConfig:
 
 
 # Line lookups a step may replay in full; above it, large nests are sampled in proportion
-# to their size, none below SAMPLE_FLOOR lookups (so each sample still spans the caches).
+# to their size, none below SAMPLE_FLOOR lookups (so each sample still spans the caches)
 STEP_BUDGET = 40_000_000
 SAMPLE_FLOOR = 1_000_000
+# ... or, on a machine with small caches, CACHE_SPANS times its cache lines (at least
+# SAMPLE_FLOOR_MIN): what "spans the caches" needs there, not a GPU's million.
+CACHE_SPANS = 64
+SAMPLE_FLOOR_MIN = 65_536
 
 # The cost guard. The engine replays between about 17 M (a GPU's tiled step through three
 # levels) and 250 M (a machine without caches) first-level line lookups a second on one
@@ -208,6 +212,8 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
     line = levels[0].line if levels else 64
     lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
     cache_bytes = sum(level.size for level in levels)
+    lines = sum(level.size // level.line for level in levels)
+    floor = min(SAMPLE_FLOOR, max(SAMPLE_FLOOR_MIN, CACHE_SPANS * lines))
     passes = 2 if levels and step.ledger.peak <= 2 * cache_bytes else 1
     sizes = [[nest.line_lookups(line) for nest in low.nests] for low in lowered]
     total = sum(map(sum, sizes))
@@ -220,7 +226,7 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
         sample = share and _footprint(kernel) >= 2 * cache_bytes
         row = []
         for nest, n in zip(low.nests, nest_sizes, strict=True):
-            budget = max(SAMPLE_FLOOR, int(n * share)) if sample else 0
+            budget = max(floor, int(n * share)) if sample else 0
             warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
             row.append((warm, counted, scale))
             lookups += counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
