@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .profiles import Machine
 from .workloads.graph import PARAMETER_CLASSES
 from .workloads.step import Step, activation_traffic
 
@@ -79,8 +78,3 @@ def seed_model(step: Step, peak: float, bandwidth: float) -> dict[str, Any]:
         "t_min": balance * b_w / per_param if b_w and per_param else None,
         "d_min": traffic["a"] * balance / 72 if traffic else None,
     }
-
-
-def seed_for(step: Step, machine: Machine, peak: float) -> dict[str, Any]:
-    """:func:`seed_model` on ``machine``'s main memory."""
-    return seed_model(step, peak, machine.memory.bandwidth)

@@ -23,7 +23,7 @@ from .errors import InputError
 from .interconnect import bubble_fraction
 from .networks import Network, load_network, with_attention
 from .profiles import Machine, load_machine
-from .seed import seed_for
+from .seed import seed_model
 from .streams import LoopNest
 from .timing import (
     BUBBLE,
@@ -619,7 +619,7 @@ def _seed(step: Step, machine: Machine) -> dict:
     (at its primary dtype's balance), and under ``seed`` the whole back-of-the-envelope
     estimate of the step at the step's own dtype (:mod:`memwall.seed`)."""
     traffic = activation_traffic(step)
-    out = {"seed": seed_for(step, machine, arithmetic_rate(machine, step.config.dtype, "gemm"))}
+    out = {"seed": seed_model(step, arithmetic_rate(machine, step.config.dtype, "gemm"), machine.memory.bandwidth)}
     if traffic is None:
         return {"a": None, "d_min": None, **out}
     return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance()), **out}

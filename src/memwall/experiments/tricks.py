@@ -11,7 +11,6 @@ token of one device and the bytes one device holds at its peak, beside its memor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..simulate import Case, run_case
@@ -72,7 +71,7 @@ def tricks_table(cases: Sequence[tuple[str, str, Mapping[str, Any], tuple[str, .
             devices = r.get("devices", 1)
             tokens = step.get("tokens") or step.get("examples") or case.batch
             out.append({"machine": machine, "network": network, "index": i, "trick": name,
-                        "case": replace(case, machine=machine).as_dict(), "devices": devices,
+                        "case": case.as_dict(), "devices": devices,
                         "seconds_per_token": r["seconds"] * devices / tokens,
                         "device_bytes": r["ledger"]["peak"], "capacity": r["capacity"]["memory"],
                         "fits": r["capacity"]["fits"],
