@@ -156,6 +156,24 @@ def test_summary_median_worst_share_and_bounds_apart() -> None:
     assert "MISS" in text and "median |log2 ratio| 1.5" in text and "within 2x: 50%" in text
 
 
+def test_summary_groups_point_checks_by_era_and_by_machine_kind() -> None:
+    def result(ratio: float, year: int, kind: str, check: str = "point") -> CaseResult:
+        return CaseResult(id="x", machine="m", workload="w", metric="flops", measured=1.0, predicted=ratio,
+                          ratio=ratio, status="ok", check=check, bound=None, reliability="high", notes="",
+                          explanation=None, source="", year=year, kind=kind)
+
+    rs = [result(1.0, 1986, "scalar"), result(4.0, 1989, "array"), result(2.0, 2021, "gpu"),
+          result(0.5, 2022, "gpu"), result(8.0, 2022, "gpu"), result(9.0, 2022, "gpu", "lower-bound-on-prediction")]
+    s = summarize(rs)
+    old, new = s["by_era"]["1976-1995: vector and scalar machines"], s["by_era"]["2013-: GPUs and TPUs"]
+    assert old["point_cases"] == 2 and old["median_abs_log2_ratio"] == pytest.approx(1.0)
+    assert new["point_cases"] == 3 and new["median_abs_log2_ratio"] == pytest.approx(1.0)  # |log2|: 1, 1, 3
+    assert new["share_within_2x"] == pytest.approx(2 / 3)  # the bound check is not counted
+    assert s["by_kind"]["gpu"]["point_cases"] == 3 and s["by_kind"]["array"]["share_within_2x"] == 0.0
+    text = format_table(rs, s)
+    assert "by machine kind" in text and "array" in text.split("by machine kind")[1]
+
+
 def test_unknown_machine_and_network_are_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     import memwall.experiments.validate as v
 

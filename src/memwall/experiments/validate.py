@@ -64,6 +64,7 @@ class CaseResult:
     source: str
     year: int | None
     error: str | None = None  # the reason, when status is not ok
+    kind: str | None = None  # the machine's kind (gpu, vector, array, ...), for the table by kind
 
     @property
     def log2_ratio(self) -> float | None:
@@ -207,22 +208,25 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
             ratio = predicted / m.value
             bound = prediction.get("bound")
             bound = str(bound) if bound is not None else None
+        year, kind = _machine_info(m.machine)
         results.append(CaseResult(
             id=m.id, machine=m.machine, workload=m.workload, metric=m.metric, measured=m.value,
             predicted=predicted, ratio=ratio, status=status, check=m.check, bound=bound,
             reliability=m.reliability, notes=m.notes, explanation=m.explanation, source=m.source,
-            year=m.year if m.year is not None else _machine_year(m.machine), error=error,
+            year=m.year if m.year is not None else year, error=error, kind=kind,
         ))
     return results
 
 
-def _machine_year(machine: str) -> int | None:
+def _machine_info(machine: str) -> tuple[int | None, str | None]:
+    """The machine's year and kind; (None, None) for one that cannot be loaded."""
     from ..profiles import load_machine
 
     try:
-        return load_machine(machine).year
-    except InputError:  # the year only colours the figure; an unknown machine is reported on its case
-        return None
+        m = load_machine(machine)
+    except InputError:  # year and kind only group the summary; an unknown machine is reported on its case
+        return None, None
+    return m.year, m.kind
 
 
 def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
@@ -234,7 +238,7 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
     """
     point = [r for r in results if r.check == "point" and r.ratio is not None]
     bounds = [r for r in results if r.check != "point" and r.ratio is not None]
-    abs_logs = [abs(r.log2_ratio) for r in point if r.log2_ratio is not None]
+    abs_logs = [abs(r.log2_ratio or 0.0) for r in point]
     worst = max(point, key=lambda r: abs(r.log2_ratio or 0.0)) if point else None
     not_run: dict[str, list[str]] = {}
     for r in results:
@@ -251,7 +255,20 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "bound_cases": len(bounds),
         "bounds_held": sum(1 for r in bounds if r.within_band),
         "not_predicted": not_run,
+        "by_era": _grouped(point, lambda r: era_of(r.year)),
+        "by_kind": _grouped(point, lambda r: r.kind or "unknown"),
     }
+
+
+def _grouped(point: Sequence[CaseResult], key: Callable[[CaseResult], str]) -> dict[str, dict[str, Any]]:
+    """Point checks per group: how many, their median |log2 ratio| and the share within 2x."""
+    groups: dict[str, list[CaseResult]] = {}
+    for r in point:
+        groups.setdefault(key(r), []).append(r)
+    return {name: {"point_cases": len(rs),
+                   "median_abs_log2_ratio": statistics.median(abs(r.log2_ratio or 0.0) for r in rs),
+                   "share_within_2x": sum(1 for r in rs if r.within_band) / len(rs)}
+            for name, rs in sorted(groups.items())}
 
 
 def _num(x: float | None) -> str:
@@ -287,6 +304,14 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
         + ", within 2x: " + ("-" if share is None else f"{share:.0%}")
     )
     lines.append(f"bound checks: {summary['bounds_held']} of {summary['bound_cases']} held")
+    for title, key in (("by era", "by_era"), ("by machine kind", "by_kind")):
+        groups = summary.get(key) or {}
+        if groups:
+            width = max(len(name) for name in groups)
+            lines.append(f"{title}: point checks, median |log2 ratio|, within 2x")
+            lines.extend(f"  {name.ljust(width)}  {g['point_cases']:3d}  {g['median_abs_log2_ratio']:.3f} "
+                         f"({2 ** g['median_abs_log2_ratio']:.2f}x)  {g['share_within_2x']:.0%}"
+                         for name, g in groups.items())
     for status, ids in summary["not_predicted"].items():
         lines.append(f"{status}: {', '.join(ids)}")
     return "\n".join(lines)
