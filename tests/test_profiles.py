@@ -141,6 +141,10 @@ BROKEN = [
      'fp32 = { value = "1 MFLOP/s", source = "t", status = "estimate" }', "compute.fp32", "derivation"),
     ('kind = "scalar"', 'kind = "scalar"\nbase = "no-such-machine"', "base", "does not exist"),
     ('[issue_costs]\nfadd', '[issue_costs]\nfsqrt = "1 cycles"\nfadd', "issue_costs.fsqrt", "unknown key"),
+    ('[memory]\n', '[compute.achievable]\nfp32 = { value = "2 MFLOP/s", source = "t", status = "measured" }\n'
+     '\n[memory]\n', "compute.achievable.fp32", "above the fp32 peak"),
+    ('[memory]\n', '[compute.achievable]\nbf16 = { value = "1 MFLOP/s", source = "t", status = "measured" }\n'
+     '\n[memory]\n', "compute.achievable.bf16", "no bf16 peak"),
 ]
 
 

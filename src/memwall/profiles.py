@@ -169,13 +169,25 @@ COMPUTE_VECTOR = Table("[compute.vector]", tuple(
 ), doc="The vector units' rates, for every kernel that is not a product (elementwise, reductions, updates), "
        "where they differ from [compute].")
 
+COMPUTE_ACHIEVABLE = Table("[compute.achievable]", tuple(
+    Field(dtype, "any", f"the highest {dtype} rate a matrix product was measured to reach", parse=_flop_rate,
+          unit=_RATE, figure="required")
+    for dtype in DTYPES
+), doc="Measured ceilings of the matrix products, where a microbenchmark found the datasheet peak out of "
+       "reach (a chip at its power limit holds a clock below the one its peak is quoted at): the best rate "
+       "of a search over product shapes, such as Bekman's maximum achievable matmul FLOPS. Products run "
+       "at min(peak, achievable); each figure at most its dtype's [compute] peak.")
+
 COMPUTE = Table("[compute]", (
     *(Field(dtype, "any", f"peak dense {dtype} {'OP/s' if dtype.startswith('int') else 'FLOP/s'}",
             parse=_flop_rate, unit=_RATE, figure="required") for dtype in DTYPES),
     Field("vector", "table", "the vector units' rates where they differ (non-product kernels)",
           table=COMPUTE_VECTOR),
+    Field("achievable", "table", "measured ceilings of the matrix products below their peak",
+          table=COMPUTE_ACHIEVABLE),
 ), doc="Peak dense FLOP/s per dtype of the matrix products, at least one. No sparsity. Where a vector unit "
-       "runs a dtype at another rate, state it in [compute.vector].")
+       "runs a dtype at another rate, state it in [compute.vector]; where a measured product never "
+       "reaches the peak, its ceiling in [compute.achievable].")
 
 ISSUE_COSTS = Table("[issue_costs]", (
     Field("fadd", "any", "one floating add", parse=_op_time, unit=_OP, figure="required"),
@@ -419,6 +431,7 @@ class Machine:
     path: Path | None = None
     dispatch: DispatchSpec | None = None  # None: no per-kernel dispatch cost (a CPU's compiled loops)
     vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
+    achievable_flops: dict[str, float] = field(default_factory=dict)  # [compute.achievable]: dtype -> FLOP/s
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
 
     @property
@@ -485,6 +498,7 @@ class Machine:
                 **{m: vars(d) for m, d in self.dispatch.modes.items()},
             },
             "vector_flops": dict(self.vector_flops),
+            "achievable_flops": dict(self.achievable_flops),
             "schedule": {"family": self.schedule.family, "params": dict(self.schedule.params)},
             "status": self.status, "status_counts": self.status_counts(),
             "provenance": {
@@ -622,6 +636,20 @@ def _check_kind(values: Mapping[str, Any], problems: Problems) -> None:
         problems.add("a scalar machine needs issue_costs fadd and fmul", "issue_costs")
     if "compute" in values and not values["compute"]:
         problems.add("[compute] needs at least one dtype", "compute")
+    _check_achievable(values.get("compute", {}), problems)
+
+
+def _check_achievable(compute: Mapping[str, Any], problems: Problems) -> None:
+    """A measured ceiling is of a dtype the machine states a peak for, and not above it: a
+    ceiling over the peak would be a unit slip or a figure of another part."""
+    for dtype, rate in compute.get("achievable", {}).items():
+        peak = compute.get(dtype)
+        if not isinstance(peak, (int, float)):
+            problems.add(f"achievable {dtype} has no {dtype} peak in [compute] to sit under",
+                         f"compute.achievable.{dtype}")
+        elif rate > peak:
+            problems.add(f"achievable {dtype} {rate / 1e12:.4g} TFLOP/s is above the {dtype} peak "
+                         f"{peak / 1e12:.4g} TFLOP/s", f"compute.achievable.{dtype}")
 
 
 def _check_schedule(values: Mapping[str, Any], levels: list[LevelSpec], problems: Problems) -> None:
@@ -744,6 +772,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         return None
     compute = dict(values["compute"])
     vector_flops = compute.pop("vector", {})
+    achievable_flops = compute.pop("achievable", {})
     return Machine(
         id=values["id"], name=values["name"], vendor=values["vendor"], year=values["year"], kind=values["kind"],
         clock_hz=values["clock"], peak_flops=compute, issue_costs=values.get("issue_costs", {}),
@@ -752,7 +781,8 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         schedule=ScheduleSpec(schedule["family"], _params(schedule, "family")),
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
-        path=path, dispatch=dispatch, vector_flops=vector_flops, interconnect=_interconnect(values),
+        path=path, dispatch=dispatch, vector_flops=vector_flops, achievable_flops=achievable_flops,
+        interconnect=_interconnect(values),
     )
 
 

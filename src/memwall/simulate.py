@@ -340,7 +340,8 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
         examples=step.examples,
         connections=step.connections,
         phase=step.config.phase,
-        peak=arithmetic_rate(machine, step.config.dtype, "gemm"),
+        # the datasheet peak: MFU, HFU and fraction_of_peak are quoted against it
+        peak=arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
         dispatch=apply_dispatch(machine, timings, step.iterations, dispatch),
     )
 
@@ -521,6 +522,8 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "fraction_of_peak": achieved / timing.peak,
         "achieved_flops": achieved,
         "peak_flops": timing.peak,
+        # the products' measured ceiling ([compute.achievable]), the rate their time is taken at
+        "achievable_flops": arithmetic_rate(machine, step.kernels[0].dtype if step.kernels else case.dtype, "gemm"),
         "cups": per_example_work / seconds if seconds > 0 and timing.phase == "train" else 0.0,
         "cps": per_example_work / seconds if seconds > 0 and timing.phase == "forward" else 0.0,
         "bound": timing.bound,
@@ -619,7 +622,8 @@ def _seed(step: Step, machine: Machine) -> dict:
     (at its primary dtype's balance), and under ``seed`` the whole back-of-the-envelope
     estimate of the step at the step's own dtype (:mod:`memwall.seed`)."""
     traffic = activation_traffic(step)
-    out = {"seed": seed_model(step, arithmetic_rate(machine, step.config.dtype, "gemm"), machine.memory.bandwidth)}
+    out = {"seed": seed_model(step, arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
+                              machine.memory.bandwidth)}
     if traffic is None:
         return {"a": None, "d_min": None, **out}
     return {"a": traffic["a"], "d_min": d_min(traffic["a"], machine.balance()), **out}

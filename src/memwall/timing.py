@@ -173,11 +173,12 @@ def bound_class(bound: str) -> str:
     return bound if bound in NAMED_COMPONENTS else "memory"
 
 
-def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
-    """FLOP/s for an operation: matrix products run at the dtype's peak; the rest at the
-    vector units' rate ([compute.vector], by the dtype's fallback order) where the profile
-    states one, else at fp32 where the machine states it, since tensor cores and MXUs do
-    only products."""
+def arithmetic_rate(machine: Machine, dtype: str, op: str, *, achievable: bool = True) -> float:
+    """FLOP/s for an operation: matrix products run at the dtype's peak, or at its measured
+    ceiling ([compute.achievable]) where that is lower and ``achievable`` holds; the rest at
+    the vector units' rate ([compute.vector], by the dtype's fallback order) where the
+    profile states one, else at fp32 where the machine states it, since tensor cores and
+    MXUs do only products."""
     if op not in MATRIX_OPS and machine.vector_flops:
         for d in DTYPE_FALLBACK.get(dtype, (dtype,)):
             rate = machine.vector_flops.get(d)
@@ -187,7 +188,11 @@ def arithmetic_rate(machine: Machine, dtype: str, op: str) -> float:
         for d in ("fp32", dtype, machine.primary_dtype):
             if machine.peak_flops.get(d):
                 return machine.peak_flops[d]
-    return machine.peak_flops[rate_dtype(machine, dtype)]
+    rated = rate_dtype(machine, dtype)
+    peak = machine.peak_flops[rated]
+    if achievable and op in MATRIX_OPS and rated in machine.achievable_flops:
+        return min(peak, machine.achievable_flops[rated])
+    return peak
 
 
 def rate_dtype(machine: Machine, dtype: str) -> str:
