@@ -73,6 +73,14 @@ def test_tensor_parallel_that_does_not_divide_the_heads_is_refused(gpt2) -> None
     assert err.value.field == "tp"
 
 
+def test_more_devices_than_any_machine_is_refused_not_simulated() -> None:
+    assert Parallel(dp=1 << 16, tp=16, pp=16).devices == 1 << 24  # the bound itself is allowed
+    for degrees in ({"dp": 10 ** 12}, {"dp": 1 << 16, "tp": 16, "pp": 32}):
+        with pytest.raises(InputError, match="beyond any machine") as err:
+            Parallel(**degrees)
+        assert err.value.field == "dp"
+
+
 def test_pipeline_stages_cover_every_layer_once_and_identical_stages_are_one() -> None:
     net = load_network("gpt3-175b")
     st = stages(net, 16)

@@ -44,6 +44,10 @@ from .config import TrainingConfig
 from .kernel import Ledger
 
 ZERO_STAGES = (0, 1, 2, 3)
+# dp x tp x pp at most 2**24 (16.8 M): the largest clusters built hold a few hundred
+# thousand accelerators, so more is a typo; the bound also keeps the collectives' step
+# counts and the bubble's micro-batch arithmetic far from overflow.
+MAX_DEVICES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ class Parallel:
                 raise InputError(f"must be a positive integer, got {v!r}", field=name)
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise InputError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}", field="zero")
+        if self.dp * self.tp * self.pp > MAX_DEVICES:
+            raise InputError(f"dp x tp x pp = {self.dp * self.tp * self.pp:,} devices is beyond any machine "
+                             f"(at most {MAX_DEVICES:,}); check the degrees", field="dp")
         if self.dp % self.ep:
             raise InputError(f"the expert-parallel group is drawn from the data-parallel replicas: ep {self.ep} "
                              f"must divide dp {self.dp}", field="ep")
