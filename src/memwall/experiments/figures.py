@@ -992,6 +992,10 @@ def fig_roofline(data: Mapping[str, Any]):
                      math.log10(max(p["intensity"] for p in pts)) + 1, 100)
     peak = roof_peak(roof)
     ax.axhline(peak, color="#222222", lw=1.2, label=f"peak {peak:.3g} FLOP/s ({roof['primary_dtype']})")
+    ceiling = (roof.get("achievable_flops") or {}).get(roof["primary_dtype"])
+    if ceiling and ceiling < peak:
+        ax.axhline(ceiling, color="#222222", lw=1, ls=":",
+                   label=f"products' measured ceiling {ceiling:.3g} FLOP/s ([compute.achievable])")
     for j, (level, bw) in enumerate(roof_lines(roof)):
         ax.plot(xs, np.minimum(bw * xs, peak), color="#222222" if j == 0 else "#888888",
                 ls="-" if j == 0 else "--", lw=1, label=f"{level} ceiling: {bw:.3g} B/s × intensity")

@@ -793,7 +793,8 @@ MACHINES_JSON = "machines.json"
 
 
 def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
-    """Each machine's roofs, for the report's roofline: peak FLOP/s per dtype, main-memory
+    """Each machine's roofs, for the report's roofline: peak FLOP/s per dtype (and the
+    products' measured ceilings where the profile states them), main-memory
     bandwidth and capacity, and each level's size and bandwidth (None where the profile
     gives none)."""
     out = []
@@ -801,6 +802,7 @@ def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
         m = load_machine_spec(spec)
         out.append({"machine": spec, "name": machine_info(spec).name, "year": m.year, "kind": m.kind,
                     "primary_dtype": m.primary_dtype, "peak_flops": dict(m.peak_flops),
+                    "achievable_flops": dict(m.achievable_flops),
                     "memory_bandwidth": m.memory.bandwidth, "memory_capacity": m.memory.capacity,
                     "levels": [{"name": lv.name, "size": lv.size, "bandwidth": lv.bandwidth} for lv in m.levels]})
     return out
