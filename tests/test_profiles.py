@@ -272,6 +272,11 @@ def test_cli_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["machines", "show", "h200", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["provenance"]["memory.bandwidth"]["citation"].startswith("aiwiki")
+    assert d["achievable_flops"]["fp8"] == pytest.approx(1453.4e12)  # its own, beside the H100's bf16
+    assert main(["machines", "show", "a100-sxm"]) == 0
+    out = capsys.readouterr().out
+    ceiling = out.split("compute.achievable")[1].splitlines()
+    assert "271.2 TFLOP/s  [measured; S. Bekman" in ceiling[1] and "compute.vector" in out
     assert main(["machines", "show", "no-such"]) == 2
 
 

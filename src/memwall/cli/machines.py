@@ -164,6 +164,13 @@ def _machine_lines(m: profiles.Machine) -> list[str]:
     out += ["clock", "  " + _figure_text(m, "clock", format_frequency(m.clock_hz)), "compute (peak, dense)"]
     out += [f"  {dtype:5} " + _figure_text(m, f"compute.{dtype}", format_flop_rate(rate))
             + f"   balance {m.balance(dtype):.3g} FLOP/B" for dtype, rate in m.peak_flops.items()]
+    for table, title, rates in (("vector", "compute.vector (kernels that are not products)", m.vector_flops),
+                                ("achievable", "compute.achievable (the products' measured ceiling)",
+                                 m.achievable_flops)):
+        if rates:
+            out.append(title)
+            out += [f"  {dtype:5} " + _figure_text(m, f"compute.{table}.{dtype}", format_flop_rate(rate))
+                    for dtype, rate in rates.items()]
     if m.issue_costs:
         out.append("issue costs")
         out += [f"  {op:6} " + _figure_text(m, f"issue_costs.{op}", f"{format_time(s)} ({s * m.clock_hz:.3g} cycles)")
