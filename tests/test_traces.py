@@ -208,6 +208,40 @@ def test_garbage_npz_is_refused_without_pickle_advice(tmp_path):
     assert "pickle" not in str(err.value)
 
 
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_npz_bad_members_are_refused_naming_the_file_and_the_array(tmp_path, compression):
+    # A stored member's .npy header is read straight from the file, a deflated one's
+    # through zipfile: both refuse the same bad members the same way.
+    import io
+    import zipfile
+
+    def npz(name, members):
+        mode = zipfile.ZIP_STORED if compression == "stored" else zipfile.ZIP_DEFLATED
+        with zipfile.ZipFile(tmp_path / name, "w", mode) as zf:
+            for key, data in members.items():
+                zf.writestr(key + ".npy", data)
+        return tmp_path / name
+
+    def npy(arr):
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        return buf.getvalue()
+
+    good = {"addr": npy(np.zeros(10, np.uint64)), "size": npy(np.ones(10, np.uint32)),
+            "is_write": npy(np.zeros(10, np.uint8))}
+    cases = [
+        ("magic.npz", dict(good, size=b"\x93NUMPX" + good["size"][6:]), r"array 'size' is not a readable .npy"),
+        ("shape.npz", dict(good, addr=npy(np.zeros((2, 5), np.uint64))), r"array 'addr' must be one-dimensional"),
+        ("short.npz", dict(good, is_write=npy(np.zeros(10, np.uint8))[:-4]), r"truncated or corrupt npz"),
+        ("length.npz", dict(good, size=npy(np.ones(9, np.uint32))), r"addr, size and is_write differ in length: 10, 9, 10"),
+    ]
+    for name, members, message in cases:
+        with pytest.raises(InputError, match=rf"{name}: {message}"):
+            list(read_trace(npz(name, members)))
+    chunks = list(read_trace(npz("good.npz", good), chunk=4))
+    assert [len(c[0]) for c in chunks] == [4, 4, 2]
+
+
 @pytest.mark.parametrize("name", ["big.npz", "big.npz.gz", "big.din"])
 def test_traces_stream_in_chunks_not_whole(tmp_path, name):
     # 1 M accesses (13 MB of npz arrays): read 64 Ki accesses at a time, the peak of memory
