@@ -60,3 +60,47 @@ def test_int4_with_its_scales_never_moves_more_bytes_than_int8(machine, net, mon
     without = memory("int4")
     # the scales travel from main memory once a step, beside the weights they scale
     assert with_scales - without == pytest.approx(scales, rel=0.02)
+
+
+@pytest.mark.parametrize("group,zero,bits", [(32, "bf16", 32), (64, "int4", 20), (128, "none", 16)])
+def test_a_group_format_sizes_the_scales_and_their_zero_points(group, zero, bits):
+    """gpt-fast's int4 (a bf16 scale and zero a group of 32) is five bits a weight; AWQ's
+    packed int4 zero points add four bits a group."""
+    step = _step("llama3-8b", "int4", weight_group=group, weight_zero=zero)
+    products = [k for k in step.kernels if k.params.get("b_dtype") == "int4"]
+    assert products
+    for k in products:
+        w, s = k.reads[1], k.reads[2]
+        groups = -(-(2 * w.bytes) // group)  # two int4 weights a byte
+        assert s.bytes == -(-groups * bits // 8)
+    # the ledger grows by the scale bits beyond the default's 16 a group of 128
+    more = step.ledger.weights - _step("llama3-8b", "int4").ledger.weights
+    assert more == 0 if (group, zero) == (128, "none") else more > 0
+
+
+def test_group_options_are_refused_where_no_groups_are_stored():
+    from memwall.errors import InputError
+
+    for weights, kw in ((None, {"weight_group": 32}), ("int8", {"weight_zero": "bf16"}),
+                        ("int4", {"weight_group": 0}), ("int4", {"weight_zero": "uint3"})):
+        with pytest.raises(InputError) as err:
+            _step("gpt2-small", weights, **kw)
+        assert err.value.field == next(iter(kw))
+
+
+def test_sweep_runs_each_group_format_and_measurements_take_them(tmp_path):
+    from memwall.cli import build_parser
+    from memwall.cli.sweep import build_cases
+    from memwall.experiments.measurements import load_measurements
+    from memwall.experiments.validate import case_for
+
+    args = build_parser().parse_args(["sweep", "--machines", "a100-sxm", "--networks", "llama2-7b", "--phase",
+                                      "decode", "--context", "105", "--weights", "int4", "--weight-group", "32,128",
+                                      "--weight-zero", "none,bf16"])
+    cases = build_cases(args)
+    assert sorted((c.weight_group, c.weight_zero) for c in cases) == [
+        (32, "bf16"), (32, "none"), (128, "bf16"), (128, "none")]
+    (m,) = [m for m in load_measurements() if m.id == "gpt-fast-a100-llama2-7b-int4-decode"]
+    case = case_for(m)
+    assert (case.weight_group, case.weight_zero) == (32, "bf16")
+    assert "weight_group" not in Case(machine="a100-sxm", network="llama2-7b").as_dict()  # other keys unchanged

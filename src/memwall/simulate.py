@@ -71,6 +71,8 @@ class Case:
     context: int | None = None  # decode, prefill: tokens in each sequence's KV cache
     weights: str | None = None  # int8 | int4 | fp8: weight-only quantization (None: in dtype)
     kv_dtype: str | None = None  # the KV cache's type (None: in dtype)
+    weight_group: int | None = None  # weights a group scale covers (None: the type's default)
+    weight_zero: str | None = None  # none | int4 | fp16 | bf16: the groups' zero points (None: none)
     dp: int = 1  # data-parallel replicas
     tp: int = 1  # tensor-parallel devices per replica
     pp: int = 1  # pipeline stages
@@ -96,7 +98,7 @@ class Case:
         return Parallel(self.dp, self.tp, self.pp, self.ep, self.zero)
 
 
-SERVING_OPTIONS = ("context", "weights", "kv_dtype")
+SERVING_OPTIONS = ("context", "weights", "kv_dtype", "weight_group", "weight_zero")
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "ep": 1, "zero": 0}
 
 
@@ -152,6 +154,8 @@ def case_config(case: Case, network: Network) -> TrainingConfig:
         context=case.context,
         weights=case.weights,
         kv_dtype=case.kv_dtype,
+        weight_group=case.weight_group,
+        weight_zero=case.weight_zero,
     )
 
 
@@ -554,6 +558,9 @@ def serving_dict(step: Step, seconds: float, capacity: int) -> dict:
         "context": cfg.context,
         "weights": cfg.weights or cfg.dtype,
         "kv_dtype": cfg.kv_dtype or cfg.dtype,
+        # int4's groups: weights a scale covers and the zero points' type (None for other weights)
+        "weight_group": cfg.group_format[0] if cfg.group_format else None,
+        "weight_zero": (cfg.weight_zero or "none") if cfg.group_format else None,
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "kv_cache_bytes_per_sequence": per_seq,
         "max_batch_that_fits": fit,

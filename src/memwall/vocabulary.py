@@ -43,6 +43,10 @@ WEIGHT_DTYPES: tuple[str, ...] = ("int8", "int4", "fp8")
 # point is stored. int8 (a scale a channel) and fp8 (a scale a tensor) add no bytes worth
 # counting.
 WEIGHT_GROUP_SCALES: dict[str, tuple[int, int]] = {"int4": (128, 2)}
+# Zero points stored beside each group's scale (asymmetric groups), by their type, in bits:
+# AWQ and GPTQ checkpoints pack them as int4; gpt-fast keeps a bf16 scale and zero a group.
+WEIGHT_ZEROS: dict[str, int] = {"none": 0, "int4": 4, "fp16": 16, "bf16": 16}
+MAX_WEIGHT_GROUP = 1 << 20  # weights a group at most (a group larger than any matrix is no group)
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4")
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers

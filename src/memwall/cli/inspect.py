@@ -16,6 +16,7 @@ from ..vocabulary import (
     TRAINING_DTYPES,
     UPDATES,
     WEIGHT_DTYPES,
+    WEIGHT_ZEROS,
 )
 from . import add_command
 from ._output import print_json
@@ -134,6 +135,11 @@ def add_serving_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default=None, choices=WEIGHT_DTYPES,
                    help="weight-only quantization: the block matrices stored narrow, dequantized in the product")
     p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help="the KV cache's type (default: --dtype)")
+    p.add_argument("--weight-group", type=int, default=None, metavar="N",
+                   help="int4 weights: weights that share one fp16 scale (default 128; GPTQ and AWQ use 32-128)")
+    p.add_argument("--weight-zero", default=None, choices=tuple(WEIGHT_ZEROS),
+                   help="int4 weights: the type of each group's zero point, stored beside its scale "
+                        "(default none: symmetric groups; AWQ and GPTQ pack int4 zeros, gpt-fast keeps bf16)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         context=args.context,
         weights=args.weights,
         kv_dtype=args.kv_dtype,
+        weight_group=args.weight_group,
+        weight_zero=args.weight_zero,
         dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, zero=args.zero, attention=args.attention,
     )
     if args.crossover:
@@ -302,7 +310,9 @@ def render(result: dict) -> str:
         sv = result["serving"]
         per = (f"{format_time(sv['seconds_per_token'])} per output token" if "seconds_per_token" in sv
                else f"time to first token {format_time(sv['time_to_first_token'])}")
-        lines.append(f"serving: context {sv['context']}, weights {sv['weights']}, KV cache {sv['kv_dtype']}: "
+        groups = "" if sv.get("weight_group") is None else \
+            f" (a scale a {sv['weight_group']} weights, zero points {sv['weight_zero']})"
+        lines.append(f"serving: context {sv['context']}, weights {sv['weights']}{groups}, KV cache {sv['kv_dtype']}: "
                      f"{sv['tokens_per_second']:.4g} tokens/s, {per}; KV cache "
                      f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(f"verdict: {result['verdict']}")

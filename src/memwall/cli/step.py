@@ -69,7 +69,8 @@ def step_from_args(args: Any) -> Step:
     cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
                          dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
                          phase=args.phase, accumulate=args.accumulate, grad_dtype=args.grad_dtype,
-                         fusion=args.fusion, context=args.context, weights=args.weights, kv_dtype=args.kv_dtype)
+                         fusion=args.fusion, context=args.context, weights=args.weights, kv_dtype=args.kv_dtype,
+                         weight_group=args.weight_group, weight_zero=args.weight_zero)
     return build_step(net, cfg, expand_repeats=args.expand_repeats)
 
 

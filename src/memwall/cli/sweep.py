@@ -62,6 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       ("--seq-len", "tokens per sequence"), ("--context", "decode, prefill: tokens in the KV cache"),
                       ("--weights", "int8 | int4 | fp8 weight-only quantization"),
                       ("--kv-dtype", "the KV cache's type"),
+                      ("--weight-group", "int4 weights: weights a group scale covers (default 128)"),
+                      ("--weight-zero", "int4 weights: the groups' zero points, none | int4 | fp16 | bf16"),
                       ("--attention", "materialized | flash attention kernels (default: each network's own)")):
         p.add_argument(opt, nargs="+", metavar="V", help=f"{what}: set on every case (a list: once for each)")
     from .inspect import PARALLEL_OPTIONS
@@ -141,9 +143,9 @@ def _ints(values: list[str] | None, field: str) -> list[int] | None:
 
 
 # sweep options that set a case field on every case; a comma list runs each case once a value
-_INT_OPTIONS = ("seq_len", "context", "dp", "tp", "pp", "ep", "zero")
+_INT_OPTIONS = ("seq_len", "context", "weight_group", "dp", "tp", "pp", "ep", "zero")
 CASE_OPTIONS = ("updates", "phase", "optimizer", "dtype", "seq_len", "context", "weights", "kv_dtype",
-                "attention", "dp", "tp", "pp", "ep", "zero")
+                "weight_group", "weight_zero", "attention", "dp", "tp", "pp", "ep", "zero")
 
 
 def _expand(cases: list, args: argparse.Namespace) -> list:

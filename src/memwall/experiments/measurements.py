@@ -33,11 +33,13 @@ from ..vocabulary import (
     DISPATCH_MODES,
     FUSIONS,
     KV_DTYPES,
+    MAX_WEIGHT_GROUP,
     OPTIMIZERS,
     PHASES,
     SERVING_PHASES,
     UPDATES,
     WEIGHT_DTYPES,
+    WEIGHT_ZEROS,
     parse_checkpoint,
 )
 
@@ -72,7 +74,7 @@ CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
 # Keys that describe a training step, not a single product.
 _STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion", "context",
-              "weights", "kv_dtype", "dp", "tp", "pp", "ep", "zero")
+              "weights", "kv_dtype", "weight_group", "weight_zero", "dp", "tp", "pp", "ep", "zero")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -115,6 +117,10 @@ MEASUREMENT = Table("[[measurement]]", (
           minimum=0),
     Field("weights", "word", "weight-only quantization: the weights' stored type", choices=WEIGHT_DTYPES),
     Field("kv_dtype", "word", "the KV cache's type (default: dtype)", choices=KV_DTYPES),
+    Field("weight_group", "int", "int4 weights: weights a group scale covers", minimum=1,
+          maximum=MAX_WEIGHT_GROUP, default_doc="128"),
+    Field("weight_zero", "word", "int4 weights: the groups' zero points beside their scales",
+          choices=tuple(WEIGHT_ZEROS), default_doc="none (symmetric)"),
     Field("checkpoint", "str", "activation checkpointing", parse=_checkpoint, default="none",
           unit=f"`{CHECKPOINT_SYNTAX}`"),
     Field("optimizer", "word", "the optimizer's update", choices=OPTIMIZERS, default="sgd"),
@@ -181,6 +187,8 @@ class Measurement:
     context: int | None = None
     weights: str | None = None
     kv_dtype: str | None = None
+    weight_group: int | None = None
+    weight_zero: str | None = None
     check: str = "point"
     year: int | None = None
     explanation: str | None = None
@@ -214,6 +222,10 @@ class Measurement:
             parts.append(f"w={self.weights}")
         if self.kv_dtype:
             parts.append(f"kv={self.kv_dtype}")
+        if self.weight_group is not None:
+            parts.append(f"group={self.weight_group}")
+        if self.weight_zero is not None:
+            parts.append(f"zero_point={self.weight_zero}")
         if self.checkpoint != "none":
             parts.append(f"ckpt={self.checkpoint}")
         if self.accumulate != 1:

@@ -321,7 +321,7 @@ ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
     "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
 }
 ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion",
-                      "weights", "kv_dtype", "attention"})
+                      "weights", "kv_dtype", "weight_zero", "attention"})
 ROW_FLAGS = frozenset({"synthetic", "weights_on_chip"})
 
 

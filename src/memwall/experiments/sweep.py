@@ -373,7 +373,8 @@ def _check_options(case: Case) -> None:
         return
     TrainingConfig(batch=case.batch, updates=case.updates, optimizer=case.optimizer, dtype=case.dtype or "bf16",
                    checkpoint=case.checkpoint, seq_len=case.seq_len, phase=case.phase, context=case.context,
-                   weights=case.weights, kv_dtype=case.kv_dtype)
+                   weights=case.weights, kv_dtype=case.kv_dtype, weight_group=case.weight_group,
+                   weight_zero=case.weight_zero)
 
 
 # --------------------------------------------------------------------------------------
@@ -453,7 +454,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
                    interconnect_bytes=float(result["interconnect_bytes"]))
     serving = result.get("serving")
     if serving:  # decode and prefill rows only, so other tables keep their columns
-        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "tokens_per_second",
+        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "weight_group", "weight_zero",
+                                                "tokens_per_second",
                                                 "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
         row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
     for level, c in cycles["stall"].items():

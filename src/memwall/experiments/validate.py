@@ -108,6 +108,8 @@ def case_for(m: Measurement) -> Case:
         context=m.context,
         weights=m.weights,
         kv_dtype=m.kv_dtype,
+        weight_group=m.weight_group,
+        weight_zero=m.weight_zero,
         dp=m.dp, tp=m.tp, pp=m.pp, ep=m.ep, zero=m.zero,
     )
 

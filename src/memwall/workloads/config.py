@@ -16,11 +16,14 @@ from ..vocabulary import (
     FUSIONS,
     INFERENCE_DTYPES,
     KV_DTYPES,
+    MAX_WEIGHT_GROUP,
     OPTIMIZERS,
     PHASES,
     SERVING_PHASES,
     UPDATES,
     WEIGHT_DTYPES,
+    WEIGHT_GROUP_SCALES,
+    WEIGHT_ZEROS,
     check_word,
     parse_checkpoint,
 )
@@ -61,6 +64,8 @@ class TrainingConfig:
     context: int | None = None
     weights: str | None = None
     kv_dtype: str | None = None
+    weight_group: int | None = None  # weights a group scale covers (None: the type's default)
+    weight_zero: str | None = None  # the groups' zero points (None: symmetric, none stored)
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch <= 0:
@@ -106,6 +111,31 @@ class TrainingConfig:
                     raise InputError(f"{name} applies to inference phases, not train", field=name)
         if self.kv_dtype is not None and not serving:
             raise InputError("kv_dtype applies to decode and prefill (the phases with a KV cache)", field="kv_dtype")
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        grouped = self.weights in WEIGHT_GROUP_SCALES
+        g = self.weight_group
+        if g is not None:
+            if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= MAX_WEIGHT_GROUP:
+                raise InputError(f"must be a whole number of weights from 1 to {MAX_WEIGHT_GROUP}, got {g!r}",
+                                 field="weight_group")
+        if self.weight_zero is not None:
+            check_word(self.weight_zero, tuple(WEIGHT_ZEROS), "weight_zero")
+        for name in ("weight_group", "weight_zero"):
+            if getattr(self, name) is not None and not grouped:
+                kinds = ", ".join(WEIGHT_GROUP_SCALES)
+                raise InputError(f"{name} applies to weights stored with group scales ({kinds}), not to "
+                                 f"{self.weights or 'unquantized'} weights", field=name)
+
+    @property
+    def group_format(self) -> tuple[int, int] | None:
+        """(weights a group, bits a group stores: its scale and any zero point) for weights
+        stored with group scales; None for the others."""
+        if self.weights not in WEIGHT_GROUP_SCALES:
+            return None
+        group, scale_bytes = WEIGHT_GROUP_SCALES[self.weights]
+        return self.weight_group or group, 8 * scale_bytes + WEIGHT_ZEROS[self.weight_zero or "none"]
 
     @property
     def serving(self) -> bool:
@@ -146,6 +176,7 @@ class TrainingConfig:
             "grad_dtype": self.gradient_dtype if self.training else None,
             "fusion": self.fusion,
             # the serving options only where given, so other steps print as before
-            **{k: v for k, v in (("context", self.context), ("weights", self.weights), ("kv_dtype", self.kv_dtype))
+            **{k: v for k, v in (("context", self.context), ("weights", self.weights), ("kv_dtype", self.kv_dtype),
+                                 ("weight_group", self.weight_group), ("weight_zero", self.weight_zero))
                if v is not None},
         }

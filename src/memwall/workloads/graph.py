@@ -96,7 +96,8 @@ class Graph:
     block's input); ``branched`` says a block reads other than its predecessor's output.
     """
 
-    def __init__(self, dtype: str, grad_dtype: str | None = None) -> None:
+    def __init__(self, dtype: str, grad_dtype: str | None = None,
+                 group_format: tuple[int, int] | None = None) -> None:
         self.dtype = dtype
         self.esz = DTYPE_BYTES[dtype]
         self.grad_esz = DTYPE_BYTES[grad_dtype or dtype]  # fp32 main gradients under mixed precision: 4
@@ -104,6 +105,8 @@ class Graph:
         self.ops: list[Op] = []
         self.params: list[Param] = []
         self.scales: dict[str, str] = {}  # narrow weights (or a part of them) -> their group scales
+        # (weights a group, bits a group's scale and zero point take), as TrainingConfig.group_format
+        self.group_format = group_format
         self.blocks: list[str] = []
         self.branched = False
         self.layer, self.group, self.block = -1, "", -1
@@ -144,8 +147,9 @@ class Graph:
         bits = DTYPE_BITS[stored] if stored else None
         w = self.tensor(name, values, cls="weights", whole_step=True, bits=bits)
         if stored in WEIGHT_GROUP_SCALES:
-            group, scale = WEIGHT_GROUP_SCALES[stored]
-            self.scales[w] = self.tensor(f"scales.{name}", -(-values // group), scale, cls="weights", whole_step=True)
+            group, bits_a_group = self._groups(stored)
+            self.scales[w] = self.tensor(f"scales.{name}", -(-values // group), cls="weights", whole_step=True,
+                                         bits=bits_a_group)
         g = None
         state: list[str] = []
         if training:
@@ -169,12 +173,21 @@ class Graph:
         grad_bits = 8 * (self.tensors[p.g].bytes // p.values) if p.g else 0
         w = cut(p.w, bits)
         if p.w in self.scales:  # the part's groups of the scales (parts start on a group)
-            group, scale = WEIGHT_GROUP_SCALES[p.stored or ""]
+            group, bits_a_group = self._groups(p.stored or "")
             parent = self.scales[p.w]
-            self.scales[w] = self.view(parent, f"{self.tensors[parent].name}[{i}]", offset_values // group * scale,
-                                       -(-values // group) * scale)
+            groups = -(-values // group)
+            self.scales[w] = self.view(parent, f"{self.tensors[parent].name}[{i}]",
+                                       offset_values // group * bits_a_group // 8, -(-groups * bits_a_group // 8))
         return Param(f"{p.name}[{i}]", w, cut(p.g, grad_bits) if p.g else None, (), values, p.layer,
                      p.group, False, p.stored)
+
+    def _groups(self, stored: str) -> tuple[int, int]:
+        """(weights a group, bits a group's scale and zero point take) for a grouped type:
+        the step's format where it gives one, else the type's default (symmetric)."""
+        if self.group_format is not None:
+            return self.group_format
+        group, scale_bytes = WEIGHT_GROUP_SCALES[stored]
+        return group, 8 * scale_bytes
 
     # ---- kernels --------------------------------------------------------------------------
     @contextmanager

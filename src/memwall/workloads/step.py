@@ -147,7 +147,7 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
     ``embed`` / ``head`` false: a pipeline stage without the embedding / the head
     (:mod:`memwall.workloads.parallel`)."""
     batch, _ = _batch(config)
-    g = Graph(config.dtype, config.gradient_dtype if config.training else None)
+    g = Graph(config.dtype, config.gradient_dtype if config.training else None, config.group_format)
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
