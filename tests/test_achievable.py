@@ -50,3 +50,11 @@ def test_the_roofline_draws_the_measured_ceiling_under_the_peak() -> None:
     fig = fig_roofline({"points": [point], "roofs": [roof]})
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert any("measured ceiling 2.71e+14" in label for label in labels), labels
+
+
+def test_a_what_if_may_add_a_ceiling_a_profile_lacks_and_is_filed_as_one() -> None:
+    v100 = load_machine("v100-sxm2", sets={"compute.achievable.fp16": "'100 TFLOP/s'"})
+    assert arithmetic_rate(v100, "fp16", "gemm") == pytest.approx(100e12)
+    fig = v100.provenance["compute.achievable.fp16"]
+    assert fig.status == "estimate" and "--set" in fig.derivation
+    assert not load_machine("v100-sxm2").achievable_flops  # the shipped profile is untouched
