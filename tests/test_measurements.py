@@ -163,6 +163,9 @@ def test_gemm_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], fiel
         (('metric = "cups"', 'metric = "cups"\noptimizer = "lbfgs"'), "optimizer", "unknown value 'lbfgs'"),
         (('machine = "cm-2"\n', ""), "machine", "missing required field 'machine'"),
         (('network = "nettalk"\n', ""), "network", "exactly one workload"),
+        (('metric = "cups"', 'metric = "cups"\nweight_group = 32'), "weight_group", "stored with group scales"),
+        (('metric = "cups"', 'metric = "cups"\nweight_group = 0'), "weight_group", "at least 1"),
+        (('metric = "cups"', 'metric = "cups"\nweight_zero = "int3"'), "weight_zero", "unknown value 'int3'"),
     ],
 )
 def test_network_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], field: str, words: str) -> None:

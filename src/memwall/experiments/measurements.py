@@ -39,6 +39,7 @@ from ..vocabulary import (
     SERVING_PHASES,
     UPDATES,
     WEIGHT_DTYPES,
+    WEIGHT_GROUP_SCALES,
     WEIGHT_ZEROS,
     parse_checkpoint,
 )
@@ -329,6 +330,9 @@ def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
         for key in ("context", "kv_dtype"):
             if key in raw:
                 add(f"'{key}' applies to phase = 'decode' or 'prefill'", key)
+    for key in ("weight_group", "weight_zero"):
+        if key in raw and values.get("weights") not in WEIGHT_GROUP_SCALES:
+            add(f"'{key}' applies to weights stored with group scales ({', '.join(WEIGHT_GROUP_SCALES)})", key)
     if values.get("updates") == "per-example" and values.get("batch", 1) != 1:
         # Per-example updates change the weights after every example: a step is one example.
         add(f"per-example updates take batch = 1, got {values['batch']}", "batch")
