@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -746,7 +746,7 @@ def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problem
             old = table.get(keys[-1])
             if isinstance(old, dict) and "value" in old:
                 table[keys[-1]] = {**old, "value": value, "note": f"what-if: set to {text!r} by --set"}
-            elif old is None and _declared_figure(keys) == "required":
+            elif old is None and getattr(PROFILE.field_at(keys), "figure", "") == "required":
                 # a figure the profile lacks (a ceiling, a latency): it needs provenance, so it
                 # is filed as the what-if it is
                 data.setdefault("sources", {})[WHAT_IF_SOURCE] = "memwall inspect --set: a what-if, no source"
@@ -758,21 +758,6 @@ def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problem
 
 
 WHAT_IF_SOURCE = "what_if"
-
-
-def _declared_figure(keys: Sequence[str]) -> str:
-    """The ``figure`` requirement the declaration gives the dotted field (``''`` if none)."""
-    table: Table | None = PROFILE
-    field = None
-    names = iter(keys)
-    for key in names:
-        if table is None or key not in table.keys:
-            return ""
-        field = table.field(key)
-        table = field.table
-        if field.type == "tables":
-            next(names, None)  # the element's name ([[level]] by name)
-    return field.figure if field is not None else ""
 
 
 def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None) -> Machine | None:

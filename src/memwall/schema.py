@@ -29,7 +29,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,21 @@ class Table:
 
     def field(self, key: str) -> Field:
         return next(f for f in self.fields if f.key == key)
+
+    def field_at(self, keys: Sequence[str]) -> Field | None:
+        """The field a dotted path names (``compute.achievable.bf16``; an array of tables
+        takes its element's name next, as ``level.L2.latency``), or None if undeclared."""
+        table: Table | None = self
+        found = None
+        names = iter(keys)
+        for key in names:
+            if table is None or key not in table.keys:
+                return None
+            found = table.field(key)
+            table = found.table
+            if found.type == "tables":
+                next(names, None)
+        return found
 
 
 @dataclass(frozen=True)

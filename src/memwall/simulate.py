@@ -477,6 +477,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
     stall_total = sum(timing.stall.values())
     achieved = timing.flops / seconds if seconds > 0 else 0.0
     per_example_work = timing.connections * timing.examples
+    dtype = step.kernels[0].dtype if step.kernels else case.dtype
     kernels = []
     for k in timing.kernels:
         ks = k.seconds * timing.iterations
@@ -519,7 +520,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "checkpoint": case.checkpoint,
         "updates": case.updates,
         "phase": timing.phase,  # a single GEMM is a forward product whatever the case says
-        "dtype": step.kernels[0].dtype if step.kernels else case.dtype,
+        "dtype": dtype,
         "flops": timing.flops,
         "seconds": seconds,
         "stall_fraction": stall_total / seconds if seconds > 0 else 0.0,
@@ -527,7 +528,7 @@ def result_dict(case: Case, step: Step, timing: StepTiming) -> dict:
         "achieved_flops": achieved,
         "peak_flops": timing.peak,
         # the products' measured ceiling ([compute.achievable]), the rate their time is taken at
-        "achievable_flops": arithmetic_rate(machine, step.kernels[0].dtype if step.kernels else case.dtype, "gemm"),
+        "achievable_flops": arithmetic_rate(machine, dtype, "gemm"),
         "cups": per_example_work / seconds if seconds > 0 and timing.phase == "train" else 0.0,
         "cps": per_example_work / seconds if seconds > 0 and timing.phase == "forward" else 0.0,
         "bound": timing.bound,

@@ -47,6 +47,15 @@ WEIGHT_GROUP_SCALES: dict[str, tuple[int, int]] = {"int4": (128, 2)}
 # AWQ and GPTQ checkpoints pack them as int4; gpt-fast keeps a bf16 scale and zero a group.
 WEIGHT_ZEROS: dict[str, int] = {"none": 0, "int4": 4, "fp16": 16, "bf16": 16}
 MAX_WEIGHT_GROUP = 1 << 20  # weights a group at most (a group larger than any matrix is no group)
+
+
+def group_format(weights: str | None, group: int | None = None, zero: str | None = None) -> tuple[int, int] | None:
+    """(weights a group, bits a group's scale and zero point take) for weights stored with
+    group scales, the type's default group and no zero point unless given; None otherwise."""
+    if weights not in WEIGHT_GROUP_SCALES:
+        return None
+    default, scale_bytes = WEIGHT_GROUP_SCALES[weights]
+    return group or default, 8 * scale_bytes + WEIGHT_ZEROS[zero or "none"]
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4")
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers

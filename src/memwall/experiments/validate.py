@@ -240,7 +240,6 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
     """
     point = [r for r in results if r.check == "point" and r.ratio is not None]
     bounds = [r for r in results if r.check != "point" and r.ratio is not None]
-    abs_logs = [abs(r.log2_ratio or 0.0) for r in point]
     worst = max(point, key=lambda r: abs(r.log2_ratio or 0.0)) if point else None
     not_run: dict[str, list[str]] = {}
     for r in results:
@@ -249,11 +248,9 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
     return {
         "cases": len(results),
         "predicted": len(point) + len(bounds),
-        "point_cases": len(point),
-        "median_abs_log2_ratio": statistics.median(abs_logs) if abs_logs else None,
+        **_stats(point),
         "worst_abs_log2_ratio": abs(worst.log2_ratio) if worst and worst.log2_ratio is not None else None,
         "worst_case": worst.id if worst else None,
-        "share_within_2x": (sum(1 for r in point if r.within_band) / len(point)) if point else None,
         "bound_cases": len(bounds),
         "bounds_held": sum(1 for r in bounds if r.within_band),
         "not_predicted": not_run,
@@ -267,10 +264,14 @@ def _grouped(point: Sequence[CaseResult], key: Callable[[CaseResult], str]) -> d
     groups: dict[str, list[CaseResult]] = {}
     for r in point:
         groups.setdefault(key(r), []).append(r)
-    return {name: {"point_cases": len(rs),
-                   "median_abs_log2_ratio": statistics.median(abs(r.log2_ratio or 0.0) for r in rs),
-                   "share_within_2x": sum(1 for r in rs if r.within_band) / len(rs)}
-            for name, rs in sorted(groups.items())}
+    return {name: _stats(rs) for name, rs in sorted(groups.items())}
+
+
+def _stats(point: Sequence[CaseResult]) -> dict[str, Any]:
+    """How many point checks, their median |log2 ratio| and the share within 2x (None if none)."""
+    return {"point_cases": len(point),
+            "median_abs_log2_ratio": statistics.median(abs(r.log2_ratio or 0.0) for r in point) if point else None,
+            "share_within_2x": sum(1 for r in point if r.within_band) / len(point) if point else None}
 
 
 def _num(x: float | None) -> str:

@@ -25,6 +25,7 @@ from ..vocabulary import (
     WEIGHT_GROUP_SCALES,
     WEIGHT_ZEROS,
     check_word,
+    group_format,
     parse_checkpoint,
 )
 from ..vocabulary import TRAINING_DTYPES as DTYPES
@@ -130,12 +131,8 @@ class TrainingConfig:
 
     @property
     def group_format(self) -> tuple[int, int] | None:
-        """(weights a group, bits a group stores: its scale and any zero point) for weights
-        stored with group scales; None for the others."""
-        if self.weights not in WEIGHT_GROUP_SCALES:
-            return None
-        group, scale_bytes = WEIGHT_GROUP_SCALES[self.weights]
-        return self.weight_group or group, 8 * scale_bytes + WEIGHT_ZEROS[self.weight_zero or "none"]
+        """:func:`memwall.vocabulary.group_format` of this step's weights."""
+        return group_format(self.weights, self.weight_group, self.weight_zero)
 
     @property
     def serving(self) -> bool:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..vocabulary import DTYPE_BITS, WEIGHT_GROUP_SCALES
+from ..vocabulary import DTYPE_BITS, WEIGHT_GROUP_SCALES, group_format
 from .config import DTYPE_BYTES, OPTIMIZER_STATES
 from .ops import OPTIMIZER_OPS, flops_of, plus, scale
 
@@ -182,12 +182,10 @@ class Graph:
                      p.group, False, p.stored)
 
     def _groups(self, stored: str) -> tuple[int, int]:
-        """(weights a group, bits a group's scale and zero point take) for a grouped type:
-        the step's format where it gives one, else the type's default (symmetric)."""
-        if self.group_format is not None:
-            return self.group_format
-        group, scale_bytes = WEIGHT_GROUP_SCALES[stored]
-        return group, 8 * scale_bytes
+        """The step's group format where it gives one, else the type's default."""
+        fmt = self.group_format or group_format(stored)
+        assert fmt is not None, stored  # asked for the grouped types only
+        return fmt
 
     # ---- kernels --------------------------------------------------------------------------
     @contextmanager
