@@ -777,7 +777,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     result = result_dict(case, step, device)
     result.update(_per_step(case, step, device))
     result.update(_seed(step, machine))
-    _whole_step(result, par, steps, times, device)
+    _whole_step(result, par, steps, times, b, device)
     if fallback is not None:
         result["warnings"].append(fallback.pop("warning"))
         result["dtype_fallback"] = fallback
@@ -788,9 +788,10 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     return result
 
 
-def _whole_step(result: dict, par: Parallel, steps: list, times: list, device: StepTiming) -> None:
-    """Turn the slowest device's result into the step's: FLOPs and throughput over every
-    device, its communication, each stage's slot and ledger, ZeRO's per-device ledger."""
+def _whole_step(result: dict, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> None:
+    """Turn the slowest device's result (stage ``b``'s, as :func:`time_pipeline` chose it)
+    into the step's: FLOPs and throughput over every device, its communication, each
+    stage's slot and ledger, ZeRO's per-device ledger."""
     machine = device.machine
     seconds = device.seconds
     replicas = par.tp * par.dp
@@ -807,7 +808,6 @@ def _whole_step(result: dict, par: Parallel, steps: list, times: list, device: S
                            "slot_seconds": t.slot, "update_seconds": t.update,
                            "communication_seconds": t.exposed_step, "ledger": ledger,
                            "fits": ledger["peak"] <= machine.memory.capacity})
-    b = max(range(len(times)), key=lambda i: times[i].slot)
     ledger = stage_rows[b]["ledger"]
     fits = all(r["fits"] for r in stage_rows)
     cfg = steps[b][1].config

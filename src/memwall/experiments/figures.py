@@ -124,6 +124,12 @@ def machine_table() -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["year"], r["id"]))
 
 
+def _balance_drift_data(table: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Figure 1's data: the machines, the era fits and the link fit, from one machine table."""
+    links = link_fit(table)
+    return {"machines": list(table), "fits": drift_fits(table), "links": [links] if links else []}
+
+
 def link_fit(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Growth per two years of the per-device link bandwidth within a node (one direction,
     the profiles' [interconnect.node]) over the machines that state one, beside their peak
@@ -1353,10 +1359,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     folder = Path(out) / "figures"
     tables: dict[str, tuple[Callable[[], Any] | None, Callable[[], dict[str, Any]], Callable[[Any], Any]]] = {
         # name: (inputs that make the data reusable or None, the data, its drawing)
-        "balance_drift": (None, lambda: {"machines": list(machines if machines is not None else machine_table()),
-                                         "fits": drift_fits(machines if machines is not None else machine_table()),
-                                         "links": [f for f in [link_fit(machines if machines is not None
-                                                                        else machine_table())] if f]},
+        "balance_drift": (None, lambda: _balance_drift_data(machines if machines is not None else machine_table()),
                           lambda d: fig_balance_drift(d["machines"])),
         "regime_flip": (None, lambda: {"rows": per_example_rows(rows)}, lambda d: fig_regime_flip(d["rows"])),
         "stall_breakdown": (None, lambda: {"rows": per_example_rows(rows)},

@@ -66,6 +66,22 @@ class PeakResult:
 PEAK_SIZES = {"quick": (512, 1024), "full": (2048, 3072, 4096)}
 
 
+def _matmul_rounds(operands: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], repeats: int) -> list[list[float]]:
+    """Seconds of ``np.matmul(a, b, out=c)`` for each operand triple, ``repeats`` of each,
+    after one warm-up of each. The repeats are rounds over every product, so that a burst
+    of other work on the host (a BLAS thread descheduled for a scheduler tick) spoils one
+    repeat of many products, not every repeat of one."""
+    for a, b, c in operands:
+        np.matmul(a, b, out=c)
+    times: list[list[float]] = [[] for _ in operands]
+    for _ in range(repeats):
+        for (a, b, c), out in zip(operands, times, strict=True):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            out.append(time.perf_counter() - t0)
+    return times
+
+
 def measure_peak(dtype: str, n: int | Sequence[int], repeats: int = 3, threads: int | None = None) -> PeakResult:
     """Best FLOP/s of ``C = A @ B`` for n×n matrices (2n³ FLOPs), after one warm-up per
     size; ``n`` may list several orders, and the best rate of any is the peak. The repeats
@@ -78,19 +94,9 @@ def measure_peak(dtype: str, n: int | Sequence[int], repeats: int = 3, threads: 
         raise InputError(f"measure_peak needs orders >= 1 and repeats >= 1, got {sizes} and {repeats}")
     np_dtype = {"fp32": np.float32, "fp64": np.float64}[dtype]
     rng = np.random.default_rng(0)
-    operands = []
-    for size in sizes:
-        a = rng.standard_normal((size, size)).astype(np_dtype)
-        b = rng.standard_normal((size, size)).astype(np_dtype)
-        c = np.empty((size, size), dtype=np_dtype)
-        np.matmul(a, b, out=c)  # warm-up
-        operands.append((a, b, c))
-    times: list[list[float]] = [[] for _ in sizes]
-    for _ in range(repeats):
-        for (a, b, c), out in zip(operands, times, strict=True):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
-            out.append(time.perf_counter() - t0)
+    operands = [(rng.standard_normal((size, size)).astype(np_dtype), rng.standard_normal((size, size)).astype(np_dtype),
+                 np.empty((size, size), dtype=np_dtype)) for size in sizes]
+    times = _matmul_rounds(operands, repeats)
     rates = tuple(2.0 * size**3 / min(t) for size, t in zip(sizes, times, strict=True))
     i = rates.index(max(rates))
     if threads is None:
@@ -117,8 +123,7 @@ def measure_efficiency(peak: PeakResult, dims: Sequence[int], other: int = 512,
     """Best FLOP/s of fp32 products whose M (then K) is each of ``dims``, the other two
     ``other``, as fractions of ``peak`` (at most 1); each curve ends at the peak's own
     order with 1, where that is beyond ``dims``. The repeats are rounds over every
-    product, so that a burst of other work on the host (a BLAS thread descheduled for a
-    scheduler tick) spoils one repeat of many products, not every repeat of one."""
+    product (:func:`_matmul_rounds`)."""
     if not dims or min(dims) < 1 or other < 1 or repeats < 1:
         raise InputError(f"measure_efficiency needs dimensions >= 1 and repeats >= 1, got {list(dims)}, "
                          f"{other} and {repeats}")
@@ -133,14 +138,7 @@ def measure_efficiency(peak: PeakResult, dims: Sequence[int], other: int = 512,
                 products.append((shape, d, x, w.T, np.empty((d, other), f32)))
             else:
                 products.append((shape, d, x.T, rng.random((d, other), dtype=f32), np.empty((other, other), f32)))
-    best = [float("inf")] * len(products)
-    for _, _, a, b, out in products:
-        np.matmul(a, b, out=out)  # warm-up
-    for _ in range(repeats):
-        for i, (_, _, a, b, out) in enumerate(products):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=out)
-            best[i] = min(best[i], time.perf_counter() - t0)
+    best = [min(t) for t in _matmul_rounds([(a, b, out) for _, _, a, b, out in products], repeats)]
     curves = []
     for shape in ("mn", "k"):
         points = [(d, 2.0 * d * other * other / t, min(1.0, 2.0 * d * other * other / t / peak.flops))
@@ -225,18 +223,10 @@ class OuterResult:
 def measure_outer(m: int = 1024, n: int = 1024, repeats: int = 5) -> OuterResult:
     """Best seconds of numpy.matmul for an m×1 by 1×n product and an m×2 by 2×n one."""
     rng = np.random.default_rng(0)
-    out = np.empty((m, n), np.float32)
-    best = []
-    for k in (1, 2):
-        a, b = rng.random((k, m), dtype=np.float32), rng.random((k, n), dtype=np.float32)
-        np.matmul(a.T, b, out=out)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            np.matmul(a.T, b, out=out)
-            times.append(time.perf_counter() - t0)
-        best.append(min(times))
-    return OuterResult(m, n, best[0], best[1])
+    operands = [(rng.random((k, m), dtype=np.float32).T, rng.random((k, n), dtype=np.float32),
+                 np.empty((m, n), np.float32)) for k in (1, 2)]
+    one, two = (min(t) for t in _matmul_rounds(operands, repeats))
+    return OuterResult(m, n, one, two)
 
 
 # Bytes per element each kernel moves, as the program states them (STREAM's convention)
