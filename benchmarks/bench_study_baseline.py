@@ -62,6 +62,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=2, help="workers of each sweep (default 2)")
     args = parser.parse_args()
+    if args.repeat < 1 or args.jobs < 1:
+        parser.error("--repeat and --jobs take whole numbers >= 1")
+    if not (args.old / "memwall" / "__init__.py").is_file():
+        parser.error(f"--old {args.old}: no memwall package there (give the earlier checkout's src folder)")
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = Path(tmp) / "cases.json"
