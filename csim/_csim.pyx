@@ -274,6 +274,47 @@ cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept 
     return -1
 
 
+cdef inline int64_t find_in(const way_t *w, uint64_t nways, uint64_t line) noexcept nogil:
+    """The way of a set that holds ``line``, or -1 (find_way over a set's own ways)."""
+    cdef uint64_t k
+    for k in range(nways):
+        if w[k].tag == line and w[k].sd != 0:
+            return <int64_t> k
+    return -1
+
+
+cdef inline uint64_t oldest_way(const way_t *w, uint64_t nways) noexcept nogil:
+    """The way with the smallest stamp, the first of equals: the first invalid way (stamp
+    0) if there is one, else the LRU or FIFO way.
+
+    Conditional moves, not branches: which stamp is older, a host predicts no better than
+    a coin toss on a set that hits and misses at random, and a scan that branched on it
+    cost most of a miss's time there. Two chains (even and odd ways), merged at the end
+    by the smaller stamp and then the lower way, so the moves wait on half as many
+    compares in a row."""
+    cdef uint64_t k, sd, best0 = 0, best1 = 1, old0 = w[0].sd, old1
+    cdef bint older
+    if nways == 1:
+        return 0
+    old1 = w[1].sd
+    for k in range(2, nways - 1, 2):
+        sd = w[k].sd
+        older = sd < old0
+        best0 = k if older else best0
+        old0 = sd if older else old0
+        sd = w[k + 1].sd
+        older = sd < old1
+        best1 = k + 1 if older else best1
+        old1 = sd if older else old1
+    if nways & 1:
+        sd = w[nways - 1].sd
+        older = sd < old0
+        best0 = nways - 1 if older else best0
+        old0 = sd if older else old0
+    older = old1 < old0 or (old1 == old0 and best1 < best0)
+    return best1 if older else best0
+
+
 cdef inline void plru_touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     # Walk from the root; each node's bit is set to point away from `way`
     # (0 = the victim is on the left, 1 = on the right).
@@ -301,19 +342,13 @@ cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
 
 
 cdef uint64_t choose_victim(level_t *L, uint64_t set) noexcept nogil:
-    cdef uint64_t base = set * L.ways, w, best = 0, node = 0, lo = 0, n, half
-    cdef uint64_t oldest
+    cdef uint64_t base = set * L.ways, w, node = 0, lo = 0, n, half
     cdef uint8_t *bits
     if L.policy == POLICY_LRU or L.policy == POLICY_FIFO:
         # Invalid ways have stamp 0, so the first smallest stamp is the lowest invalid
         # way when there is one: 'invalid first' comes for free.
         # (sd orders ways by stamp: stamps are distinct, the dirty bit is below them.)
-        oldest = L.way[base].sd
-        for w in range(1, L.ways):
-            if L.way[base + w].sd < oldest:
-                oldest = L.way[base + w].sd
-                best = w
-        return best
+        return oldest_way(L.way + base, L.ways)
     for w in range(L.ways):
         if L.way[base + w].sd == 0:
             return w
@@ -668,25 +703,17 @@ cdef inline void next_line_ref(engine_t *e, int lv, uint64_t line, bint is_write
 cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint is_write) noexcept nogil:
     """line_ref_general for a level with ``fast`` set (LRU or FIFO, write-back, no 3C, no
     inclusion to keep, no victim level below): nothing below can touch this level's ways
-    while it fetches or writes back, so one pass over the set finds both the line and,
-    should it miss, the victim (the smallest sd: the first invalid way, else the LRU or
-    FIFO one)."""
+    while it fetches or writes back, so the victim of a miss (oldest_way) may be chosen
+    before the fetch, and nothing is looked up twice."""
     cdef level_t *L = &e.levels[lv]
     cdef uint64_t nways = L.ways
     cdef uint64_t set = set_of(L, line)
     cdef way_t *w = L.way + set * nways
-    cdef uint64_t i, best = 0, oldest = w[0].sd, sd
-    cdef int64_t found = -1
-    for i in range(nways):
-        sd = w[i].sd
-        if w[i].tag == line and sd != 0:
-            found = <int64_t> i
-            break
-        if sd < oldest:
-            oldest = sd
-            best = i
+    cdef uint64_t i, best, oldest, sd
+    cdef int64_t found = find_in(w, nways, line)
     if found >= 0:
         i = <uint64_t> found
+        sd = w[i].sd
         if is_write:
             L.c.writes += 1
         else:
@@ -707,6 +734,8 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     else:
         L.c.reads += 1
         L.c.read_misses += 1
+    best = oldest_way(w, nways)
+    oldest = w[best].sd
     if not (is_write and nbytes == L.line_bytes):
         L.c.bytes_in += L.line_bytes
         next_line_ref(e, lv, line, 0)
@@ -834,6 +863,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef bint mru_valid = L.mru_valid
     cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
     cdef uint64_t a, end, line, last, sd, oldest, best, k, last_pf = 0
+    cdef int64_t found
     cdef bint wr
     cdef index_t i
     for i in range(i0, i1):
@@ -858,28 +888,21 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 ways[mru_idx].sd |= <uint64_t> wr
             else:
                 w = ways + (line & set_mask if pow2 else line % sets) * nways
-                best = 0
-                oldest = w[0].sd
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
-                    sd = oldest
-                    k = 0 if w[0].tag == line and sd != 0 else 1
+                    k = 0 if w[0].tag == line and w[0].sd != 0 else 1
                 else:
-                    for k in range(nways):
-                        sd = w[k].sd
-                        if w[k].tag == line and sd != 0:
-                            break
-                        if sd < oldest:
-                            oldest = sd
-                            best = k
-                    else:
-                        k = nways
+                    found = find_in(w, nways, line)
+                    k = <uint64_t> found if found >= 0 else nways
                 if k < nways:  # hit
+                    sd = w[k].sd
                     if lru:
                         clock += 2
                         w[k].sd = clock | (sd & 1) | <uint64_t> wr
                     elif wr:
                         w[k].sd = sd | 1
                 else:
+                    best = oldest_way(w, nways) if nways > 1 else 0
+                    oldest = w[best].sd
                     if wr:
                         write_misses += 1
                     else:
@@ -935,10 +958,57 @@ cdef void flush_all(engine_t *e) noexcept nogil:
 # ------------------------------------------------------------------- loop nests
 
 
+cdef uint64_t NO_MEMO = 0xFFFFFFFFFFFFFFFFULL    # memo_idx of an access not yet seen
+
+
+cdef inline bint memo_hit(engine_t *e, nest_t *ns, int64_t k, uint64_t addr) noexcept nogil:
+    """Access k (one row) as a first-level hit found without a set scan, if it is one.
+
+    A loop body that interleaves accesses (a packed A and B panel, a load and a store)
+    moves the first level's most recent line on every access, so the MRU shortcut never
+    fires; but each access mostly re-touches the line it touched last. Each access keeps
+    that line and its way; when the line is unchanged and the way still holds it, the
+    lookup would find it there (a line sits in at most one way of its set), so the hit is
+    applied exactly as line_ref_fast applies one: same counters, stamp and MRU state."""
+    cdef level_t *L = &e.levels[0]
+    cdef uint64_t line = addr >> L.line_shift, idx = ns.memo_idx[k], sd
+    cdef bint is_write = ns.is_write[k] != 0
+    if (idx == NO_MEMO or line != ns.memo_line[k] or ((addr + (ns.size[k] - 1)) >> L.line_shift) != line
+            or (L.mru_valid and line == L.mru_line)):
+        return 0
+    sd = L.way[idx].sd
+    if L.way[idx].tag != line or sd == 0:
+        return 0
+    e.accesses += 1
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    if L.policy == POLICY_LRU:
+        L.clock += 2
+        L.way[idx].sd = L.clock | (sd & 1) | <uint64_t> is_write
+    elif is_write:
+        L.way[idx].sd = sd | 1
+    L.mru_valid = 1
+    L.mru_line = line
+    L.mru_idx = idx
+    return 1
+
+
 cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
     """Access k at its current address: ``rows`` runs of ``size`` bytes, ``row_stride`` apart."""
     cdef uint32_t r
     cdef uint64_t addr = ns.cur[k]
+    cdef level_t *L
+    if ns.memo and ns.rows[k] == 1:
+        if memo_hit(e, ns, k, addr):
+            return
+        access(e, addr, ns.size[k], ns.is_write[k])
+        L = &e.levels[0]
+        if L.mru_valid and L.mru_line == addr >> L.line_shift:
+            ns.memo_line[k] = L.mru_line
+            ns.memo_idx[k] = L.mru_idx
+        return
     access(e, addr, ns.size[k], ns.is_write[k])
     for r in range(1, ns.rows[k]):
         addr += <uint64_t> ns.row_stride[k]
@@ -1210,6 +1280,8 @@ cdef class Engine:
         cdef nest_t ns
         cdef Py_ssize_t i, n = base.shape[0]
         cdef uint64_t[::1] cur = np.array(base, dtype=np.uint64)
+        cdef uint64_t[::1] memo_line = np.zeros(n, dtype=np.uint64)
+        cdef uint64_t[::1] memo_idx = np.full(n, NO_MEMO, dtype=np.uint64)
         cdef int64_t dummy64 = 0
         cdef uint32_t dummy32 = 0
         cdef uint8_t dummy8 = 0
@@ -1227,6 +1299,9 @@ cdef class Engine:
         ns.issue_start = &issue_start[0]
         ns.inner = &inner[0] if inner.shape[0] else &dummy64
         ns.inner_start = &inner_start[0]
+        ns.memo = self.e.n > 0 and self.e.levels[0].fast
+        ns.memo_line = &memo_line[0] if n else &dummyu
+        ns.memo_idx = &memo_idx[0] if n else &dummyu
         with nogil:
             nest_body(&self.e, &ns, 0)
         self._check()

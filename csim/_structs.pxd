@@ -143,3 +143,6 @@ ctypedef struct nest_t:
                                    # issue[issue_start[2d+1] : issue_start[2d+2]] = after at depth d
     const int64_t *inner           # access ids with depth > d, for each loop d
     const int64_t *inner_start     # inner[inner_start[d] : inner_start[d+1]]
+    bint memo                      # the first level is ``fast``: memo_* may be used
+    uint64_t *memo_line            # per access: the first-level line it last touched alone,
+    uint64_t *memo_idx             #   and the way it was found in (NO_MEMO: none yet)

@@ -319,16 +319,32 @@ def gemm_nest(m=5, n=6, k=7, elem=4, base_a=0, base_b=1 << 20, base_c=1 << 21):
                       Access(1 << 30, (256,), 64, is_write=True, after=True, tensor="C", rows=3,
                              row_stride=-40),
                       Access(1 << 20, (0, 0), 24, tensor="B", rows=2, row_stride=24))),
+    # interleaved streams that mostly re-touch their own last line, in a two-way first
+    # level where a third stream evicts those lines now and then (the per-access memo
+    # of a first-level hit must notice the eviction, and keep the LRU order exact)
+    LoopNest((6, 40), (Access(0, (0, 4), 4, tensor="A"),
+                       Access(1 << 20, (512, 8), 8, tensor="B"),
+                       Access(2 << 20, (64, 128), 16, is_write=True, tensor="C"),
+                       Access(3 << 20, (256, 2), 2, tensor="D"),
+                       Access(4 << 20, (8,), 8, is_write=True, after=True, tensor="E"))),
 ])
-def test_nest_matches_expanded_arrays(nest):
-    levels = [lv("L1", 512, 32, 2), lv("L2", 4096, 64, 8, policy="plru")]
+@pytest.mark.parametrize("first", ["lru-3c", "lru", "fifo"])
+def test_nest_matches_expanded_arrays(nest, first):
+    # "lru" and "fifo" first levels are the engine's fast kind (the nest loop's per-access
+    # memo of first-level hits applies); with 3C classification every lookup is general.
+    policy = first.removesuffix("-3c")
+    levels = [lv("L1", 512, 32, 2, policy=policy), lv("L2", 4096, 64, 8, policy="plru")]
     a, s, w = nest.expand()
-    arrays = Hierarchy(levels, classify=True)
+    arrays = Hierarchy(levels, classify=first.endswith("3c"))
     arrays.replay(a, s, w)
-    stream = Hierarchy(levels, classify=True)
+    stream = Hierarchy(levels, classify=first.endswith("3c"))
     stream.replay_nest(nest)
     assert stream.counters() == arrays.counters()
     assert stream.counters().accesses == nest.n_accesses
+    # the caches are left in the same state: the same trace again counts the same
+    arrays.replay(a, s, w)
+    stream.replay_nest(nest)
+    assert stream.counters() == arrays.counters()
 
 
 # ------------------------------------------------------------------- address extremes
