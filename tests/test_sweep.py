@@ -215,3 +215,27 @@ def test_rows_say_whether_the_weights_fit_on_chip():
     cray = Case("cray-1", "nettalk")  # 8 x 64 words of vector registers: nothing stays on chip
     rows = [sw.make_row(c, run_case(c), None) for c in (small, large, cray)]
     assert [r["weights_on_chip"] for r in rows] == [True, False, False]
+
+
+def test_records_round_trip_compact_nan_and_the_indented_form_of_earlier_versions(tmp_path):
+    from memwall.experiments import store as st
+
+    s = Store(tmp_path)
+    record = {"key": "k1", "status": "ok", "row": {"seconds": 1.5, "ratio": float("nan"), "dims": (1, 2)},
+              "result": {"by_size": {4096: 2, 512: 1}, "inf": float("inf")}}
+    path = s.put(record)
+    assert path.read_text().count("\n") == 1  # one line: the C encoder's form
+    back = s.get("k1")
+    assert back["row"] == {"seconds": 1.5, "ratio": None, "dims": [1, 2]}
+    assert back["result"] == {"by_size": {"4096": 2, "512": 1}, "inf": None}
+    assert s.get("k1") is not None  # its checksum holds when read again
+    # a record as an earlier memwall wrote it (indented text, that text's checksum) still reads
+    old = {"key": "k2", "status": "ok", "row": {"seconds": 2.0}}
+    old["checksum"] = st.hashlib.sha256(st.dumps(old).encode()).hexdigest()
+    s.path("k2").write_text(st.dumps(old))
+    assert s.get("k2")["row"] == {"seconds": 2.0}
+    # an edited one does not, in either form
+    edited = json.loads(path.read_text())
+    edited["row"]["seconds"] = 9.0
+    path.write_text(json.dumps(edited))
+    assert s.get("k1") is None and s.damaged[-1][0] == "k1"
