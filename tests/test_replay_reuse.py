@@ -110,3 +110,45 @@ def test_a_damaged_stored_replay_is_recomputed(tmp_path, damage):
     assert ReplayStore(tmp_path / "s").get(path.stem) is None
     again = sw.run_sweep([case], tmp_path / "t", jobs=1, progress=False)
     assert again.rows[0]["status"] == "ok"
+
+
+def test_prepared_steps_and_plans_are_built_once_and_give_the_same_numbers(monkeypatch):
+    # A sweep's worker keeps the steps and plans it built: the next machine that runs the
+    # same step, or shares the engine's view of an earlier one, reuses them.
+    builds, plans = [], []
+    real_build, real_plan = simulate.build_case_step, simulate.plan_replay
+    monkeypatch.setattr(simulate, "build_case_step", lambda c: (builds.append(c), real_build(c))[1])
+    monkeypatch.setattr(simulate, "plan_replay", lambda *a, **k: (plans.append(1), real_plan(*a, **k))[1])
+    prepared = simulate.Prepared()
+    h100 = Case("h100-sxm", "gpt2-small", 2)
+    got = [run_case(c, prepared=prepared) for c in (h100, Case("h200", "gpt2-small", 2),
+                                                    dataclasses.replace(h100, dispatch="graph"),
+                                                    Case("a100-sxm", "gpt2-small", 2))]
+    assert len(builds) == 1  # one step for four cases
+    assert len(plans) == 2  # the H200 and the graph-mode case share the H100's plan; the A100 has its own
+    monkeypatch.setattr(simulate, "build_case_step", real_build)
+    monkeypatch.setattr(simulate, "plan_replay", real_plan)
+    for case, result in zip((h100, Case("h200", "gpt2-small", 2), dataclasses.replace(h100, dispatch="graph"),
+                             Case("a100-sxm", "gpt2-small", 2)), got, strict=True):
+        assert result == run_case(case)
+
+
+def test_prepared_keeps_only_its_most_recent_entries():
+    prepared = simulate.Prepared(size=2)
+    first = prepared.step(Case("h100-sxm", "nettalk", 1))
+    prepared.step(Case("h100-sxm", "nettalk", 2))
+    prepared.step(Case("h100-sxm", "nettalk", 3))
+    assert prepared.step(Case("h100-sxm", "nettalk", 1)) is not first  # evicted, built again
+    assert prepared.step(Case("vax-11-780", "nettalk", 3)) is prepared.step(Case("h100-sxm", "nettalk", 3))
+
+
+def test_a_sweep_runs_its_longest_replays_first(tmp_path, monkeypatch):
+    # On a few workers a long case started last is the sweep's tail: the planned cost orders them.
+    order: list = []
+    real = sw._default_runner
+    monkeypatch.setattr(sw, "_default_runner", lambda case, **k: (order.append(case), real(case, **k))[1])
+    cases = [Case("vax-11-780", "nettalk", b) for b in (1, 64, 8)]
+    costs = sw.plan_costs(cases, None).costs
+    assert len(set(costs.values())) == 3
+    sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
+    assert order == sorted(cases, key=lambda c: -costs[c])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -238,6 +239,38 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
     return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
 
 
+class Prepared:
+    """Steps and replay plans built in this process, kept for the cases after it that
+    share them: the ``size`` most recent of each.
+
+    Building a step and lowering its kernels is Python work that a sweep would otherwise
+    redo case after case, for a step that many machines run and a plan that every machine
+    with the same :func:`engine_fields` shares (the plan is a function of what
+    :func:`replay_key` hashes, as the replay is). A case's step is keyed by every option
+    but the machine and the dispatch mode, which act in the timing."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._steps: OrderedDict[Case, Step] = OrderedDict()
+        self._plans: OrderedDict[str, ReplayPlan] = OrderedDict()
+
+    def _keep(self, table: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
+        if key in table:
+            table.move_to_end(key)
+            return table[key]
+        value = table[key] = make()
+        if len(table) > self.size:
+            table.popitem(last=False)
+        return value
+
+    def step(self, case: Case) -> Step:
+        return self._keep(self._steps, replace(case, machine="", dispatch=None), lambda: build_case_step(case))
+
+    def plan(self, machine: Machine, step: Step, key: str, *, exact: bool = False) -> ReplayPlan:
+        """The plan of ``step`` on ``machine``; ``key`` is the case's :func:`replay_key`."""
+        return self._keep(self._plans, key, lambda: plan_replay(machine, step, exact=exact))
+
+
 def check_cost(plan: ReplayPlan, max_lookups: int | None, *, exact: bool = False) -> None:
     """Refuse, with the estimate, a replay over ``max_lookups`` (None: :data:`MAX_LOOKUPS`)."""
     limit = MAX_LOOKUPS if max_lookups is None else max_lookups
@@ -411,6 +444,10 @@ def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest,
             progress: Callable[[int], Any] | None) -> HierarchyCounters:
     """The counters one kernel run adds, each nest replayed whole or sampled, as planned."""
     start = hierarchy.counters()
+    if all(warm is None and scale == 1.0 for warm, _, scale in replays):  # nothing sampled: one difference
+        for _, counted, _ in replays:
+            _run(hierarchy, counted, line, progress)
+        return hierarchy.counters() - start
     total = start - start
     for warm, counted, scale in replays:
         if warm is not None:
@@ -679,7 +716,8 @@ def dtype_fallback(machine: Machine, step: Step, *, asked: bool, allow: bool) ->
 
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
              max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None,
-             allow_fallback: bool = False, replays: ReplayCache | None = None) -> dict:
+             allow_fallback: bool = False, replays: ReplayCache | None = None,
+             prepared: Prepared | None = None) -> dict:
     """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
     (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
     of every nest instead of sampling the large ones.
@@ -696,16 +734,18 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
 
     ``replays``, if given, is asked for this case's replay (:func:`replay_key`) before
     the engine runs and given it after: cases that differ only in what the engine never
-    sees (bandwidths, latencies, peaks, dispatch) replay once."""
+    sees (bandwidths, latencies, peaks, dispatch) replay once. ``prepared``, if given,
+    supplies the step and the plan when an earlier case built them."""
     if machine is None:
         machine = load_machine(case.machine)
     if case.parallel.devices > 1:
         return run_parallel(case, machine, exact=exact, max_lookups=max_lookups, progress=progress,
                             allow_fallback=allow_fallback)
-    step = build_case_step(case)
+    step = prepared.step(case) if prepared is not None else build_case_step(case)
     fallback = dtype_fallback(machine, step, asked=case.dtype is not None, allow=allow_fallback)
-    plan = plan_replay(machine, step, exact=exact)
-    key = replay_key(machine, case, exact=exact) if replays is not None else ""
+    key = replay_key(machine, case, exact=exact) if replays is not None or prepared is not None else ""
+    plan = prepared.plan(machine, step, key, exact=exact) if prepared is not None else plan_replay(
+        machine, step, exact=exact)
     counters = replays.get(key) if replays is not None else None
     if counters is None:
         check_cost(plan, max_lookups, exact=exact)

@@ -489,12 +489,24 @@ def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = N
     from ..simulate import run_case
 
     return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback,
-                    replays=ReplayStore(replays) if replays is not None else None)
+                    replays=ReplayStore(replays) if replays is not None else None, prepared=_prepared())
 
 
-# Distinct steps the cost estimate keeps built at once (a step of a large network holds
+# Distinct steps (and plans) a process keeps built at once (a step of a large network holds
 # its kernels and loop nests; sweeps list cases machine by machine, so a few suffice).
 _PLANNED_STEPS = 64
+_PREPARED: Any = None
+
+
+def _prepared() -> Any:
+    """This process's :class:`memwall.simulate.Prepared`: the cost estimate's steps and
+    plans, and each worker's (a forked worker starts with the estimate's)."""
+    global _PREPARED
+    if _PREPARED is None:
+        from ..simulate import Prepared
+
+        _PREPARED = Prepared(_PLANNED_STEPS)
+    return _PREPARED
 
 
 @dataclass
@@ -504,6 +516,7 @@ class SweepPlan:
     lookups: int = 0  # line lookups the cases will replay, shared replays counted once
     refused: dict[Case, str] = field(default_factory=dict)  # case -> why (over --max-lookups)
     replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.simulate.replay_key
+    costs: dict[Case, int] = field(default_factory=dict)  # case -> line lookups of its own replay
 
 
 def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
@@ -513,31 +526,28 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
     before any worker starts, so a case that would run for days is refused without
     occupying one, and cases that share a replay are known. A case that cannot be
     planned (an unknown network, say) is left to its worker, which records why."""
-    from ..simulate import build_case_step, check_cost, plan_replay, replay_key
+    from ..simulate import check_cost, replay_key
 
-    steps: dict[Case, Any] = {}
+    prepared = _prepared()
     machines: dict[str, Machine] = {}
     plan = SweepPlan()
     for case in cases:
         try:
-            shape = replace(case, machine="")
-            if shape not in steps:
-                if len(steps) >= _PLANNED_STEPS:
-                    steps.clear()
-                steps[shape] = build_case_step(case)
+            step = prepared.step(case)
             if case.machine not in machines:
                 machines[case.machine] = load_machine_spec(case.machine)
             key = replay_key(machines[case.machine], case)
             if key in plan.replay_keys.values():
                 plan.replay_keys[case] = key
                 continue
-            replay = plan_replay(machines[case.machine], steps[shape])
+            replay = prepared.plan(machines[case.machine], step, key)
             check_cost(replay, max_lookups)
         except InputError as err:
             if err.field == "--max-lookups":
                 plan.refused[case] = f"{type(err).__name__}: {err}"  # what the worker would have written
             continue
         plan.replay_keys[case] = key
+        plan.costs[case] = replay.lookups
         plan.lookups += replay.lookups
     return plan
 
@@ -745,7 +755,9 @@ def run_sweep(
               f"worker(s)", file=sys.stderr)
 
     refused = plan.refused
-    todo = [c for c in todo if c not in refused]
+    # The longest replays first: on a few workers, a long case started last is the sweep's
+    # tail, alone on one core (the results do not depend on the order).
+    todo = sorted((c for c in todo if c not in refused), key=lambda c: -plan.costs.get(c, 0))
     bar = _progress(len(cases), reused, progress)
     failures = 0
     computed = 0
