@@ -10,6 +10,7 @@ inclusion options are defined in ``tests/reference_model.py``'s docstring.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -28,31 +29,42 @@ __all__ = ["CapacitySweep", "Hierarchy", "HierarchyCounters", "LevelCounters", "
 ENGINE_NAME: str = _csim.ENGINE_NAME
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(a: Any) -> tuple[str, ...]:
+    # dataclasses.fields() per call was a visible share of a sweep's Python time
+    cls = type(a)
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = tuple(f.name for f in fields(a))
+    return _FIELD_NAMES[cls]
+
+
 def _combine(a: Any, b: Any, op: Any) -> dict[str, Any]:
     """Field-wise ``op`` of two counters of the same thing (names must agree)."""
     if type(a) is not type(b):
         return NotImplemented
     out = {}
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
+    for name in _names(a):
+        x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, (int, float)) and not isinstance(x, bool):
-            out[f.name] = op(x, y)
+            out[name] = op(x, y)
         elif x != y:
-            raise ValueError(f"cannot combine counters of different things: {f.name} {x!r} vs {y!r}")
+            raise ValueError(f"cannot combine counters of different things: {name} {x!r} vs {y!r}")
         else:
-            out[f.name] = x
+            out[name] = x
     return out
 
 
 def _subtract(a: Any, b: Any) -> dict[str, Any]:
-    return _combine(a, b, lambda x, y: x - y)
+    return _combine(a, b, operator.sub)
 
 
 def _scale(a: Any, factor: float) -> dict[str, Any]:
     """Every count times ``factor`` (floats: a sampled replay stands for a larger one)."""
     return {
-        f.name: getattr(a, f.name) * factor if isinstance(getattr(a, f.name), (int, float)) else getattr(a, f.name)
-        for f in fields(a)
+        name: getattr(a, name) * factor if isinstance(getattr(a, name), (int, float)) else getattr(a, name)
+        for name in _names(a)
     }
 
 
@@ -66,7 +78,7 @@ class _Counts:
         return out if out is NotImplemented else type(self)(**out)
 
     def __add__(self, other: Any) -> Any:
-        out = _combine(self, other, lambda x, y: x + y)
+        out = _combine(self, other, operator.add)
         return out if out is NotImplemented else type(self)(**out)
 
     def scaled(self, factor: float) -> Any:
@@ -415,32 +427,29 @@ def _engine_level(lv: LevelSpec) -> dict[str, Any]:
 
 
 def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:
-    """The flat arrays ``Engine.replay_nest`` walks: which accesses issue where."""
-    arr = nest.as_arrays()
+    """The flat arrays ``Engine.replay_nest`` walks: which accesses issue where.
+
+    Built with plain lists: a nest has a handful of accesses and loops, and a sweep hands
+    the engine tens of thousands of nests, where NumPy's per-call cost was most of this."""
+    accesses = nest.accesses
     n_loops = len(nest.counts)
-    depth = arr["depth"].astype(np.int64)
-    after = arr["after"].astype(bool)
+    places = [(a.depth, a.after) for a in accesses]
     issue: list[int] = []
     issue_start = [0]
     for d in range(n_loops + 1):
         for flag in (False, True):
-            issue.extend(int(i) for i in np.flatnonzero((depth == d) & (after == flag)))
+            issue.extend(i for i, place in enumerate(places) if place == (d, flag))
             issue_start.append(len(issue))
     inner: list[int] = []
     inner_start = [0]
     for d in range(n_loops):
-        inner.extend(int(i) for i in np.flatnonzero(depth > d))
+        inner.extend(i for i, (depth, _) in enumerate(places) if depth > d)
         inner_start.append(len(inner))
+    arr = nest.as_arrays()
     return (
-        np.ascontiguousarray(arr["counts"], dtype=np.int64),
-        np.ascontiguousarray(arr["base"], dtype=np.uint64),
-        np.ascontiguousarray(arr["strides"], dtype=np.int64),
-        np.ascontiguousarray(arr["size"], dtype=np.uint32),
-        np.ascontiguousarray(arr["is_write"], dtype=np.uint8),
-        np.ascontiguousarray(arr["rows"], dtype=np.uint32),
-        np.ascontiguousarray(arr["row_stride"], dtype=np.int64),
-        np.asarray(issue, dtype=np.int64),
-        np.asarray(issue_start, dtype=np.int64),
-        np.asarray(inner, dtype=np.int64),
-        np.asarray(inner_start, dtype=np.int64),
+        arr["counts"], arr["base"], arr["strides"], arr["size"], arr["is_write"], arr["rows"], arr["row_stride"],
+        np.array(issue, dtype=np.int64),
+        np.array(issue_start, dtype=np.int64),
+        np.array(inner, dtype=np.int64),
+        np.array(inner_start, dtype=np.int64),
     )

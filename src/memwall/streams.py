@@ -182,15 +182,15 @@ class LoopNest:
         for i, a in enumerate(self.accesses):
             strides[i, : a.depth] = a.strides
         return {
-            "counts": np.asarray(self.counts, dtype=np.int64).reshape(n_loops),
-            "base": np.asarray([a.base for a in self.accesses], dtype=np.uint64).reshape(n),
+            "counts": np.array(self.counts, dtype=np.int64),
+            "base": np.array([a.base for a in self.accesses], dtype=np.uint64),
             "strides": strides,
-            "size": np.asarray([a.size for a in self.accesses], dtype=np.uint32).reshape(n),
-            "is_write": np.asarray([a.is_write for a in self.accesses], dtype=np.uint8).reshape(n),
-            "depth": np.asarray([a.depth for a in self.accesses], dtype=np.uint8).reshape(n),
-            "after": np.asarray([a.after for a in self.accesses], dtype=np.uint8).reshape(n),
-            "rows": np.asarray([a.rows for a in self.accesses], dtype=np.uint32).reshape(n),
-            "row_stride": np.asarray([a.row_stride for a in self.accesses], dtype=np.int64).reshape(n),
+            "size": np.array([a.size for a in self.accesses], dtype=np.uint32),
+            "is_write": np.array([a.is_write for a in self.accesses], dtype=np.uint8),
+            "depth": np.array([a.depth for a in self.accesses], dtype=np.uint8),
+            "after": np.array([a.after for a in self.accesses], dtype=np.uint8),
+            "rows": np.array([a.rows for a in self.accesses], dtype=np.uint32),
+            "row_stride": np.array([a.row_stride for a in self.accesses], dtype=np.int64),
         }
 
     def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

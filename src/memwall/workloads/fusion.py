@@ -41,6 +41,8 @@ class _Uses:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        # fusion adds no tensor, so the tensors that have views are known once
+        self.parents = {x.parent for x in graph.tensors.values() if x.parent is not None}
         self.readers: dict[str, list[int]] = {}
         for j, op in enumerate(graph.ops):
             for t in op.reads:
@@ -51,7 +53,7 @@ class _Uses:
         d = self.graph.tensors[t]
         if d.parent is not None or d.cls is not None or d.whole_step:
             return False
-        if any(x.parent == t for x in self.graph.tensors.values()):
+        if t in self.parents:
             return False
         return all(i <= j for i in self.readers.get(t, ()))
 
