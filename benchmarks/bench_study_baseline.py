@@ -35,16 +35,19 @@ json.dump([dataclasses.asdict(c) for c in study()], open(sys.argv[1], "w"))
 """
 
 RUN = """
-import dataclasses, json, sys, time
+import dataclasses, json, resource, sys, time
 from pathlib import Path
 from memwall.experiments import sweep as sw
 from memwall.simulate import Case
 names = {f.name for f in dataclasses.fields(Case)}
 cases = [Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items() if k in names})
          for c in json.load(open(sys.argv[1]))]
-start = time.perf_counter()
+def cpu():
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+start, start_cpu = time.perf_counter(), cpu()
 sw.run_sweep(cases, Path(sys.argv[2]), jobs=int(sys.argv[3]), progress=False)
-print(time.perf_counter() - start)
+print(time.perf_counter() - start, cpu() - start_cpu)
 """
 
 
@@ -66,18 +69,24 @@ def main() -> None:
         parser.error("--repeat and --jobs take whole numbers >= 1")
     if not (args.old / "memwall" / "__init__.py").is_file():
         parser.error(f"--old {args.old}: no memwall package there (give the earlier checkout's src folder)")
-    ratios = []
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = Path(tmp) / "cases.json"
         _python(args.old, LIST, str(cases))
         count = len(json.loads(cases.read_text()))
         for i in range(args.repeat):
-            old = float(_python(args.old, RUN, str(cases), str(Path(tmp) / f"old{i}"), str(args.jobs)))
-            new = float(_python(NEW_SRC, RUN, str(cases), str(Path(tmp) / f"new{i}"), str(args.jobs)))
+            old, old_cpu = map(float, _python(args.old, RUN, str(cases), str(Path(tmp) / f"old{i}"),
+                                              str(args.jobs)).split())
+            new, new_cpu = map(float, _python(NEW_SRC, RUN, str(cases), str(Path(tmp) / f"new{i}"),
+                                              str(args.jobs)).split())
             ratios.append(new / old)
-            print(f"round {i + 1}: {count} cases, earlier code {old:.1f} s, this code {new:.1f} s, "
-                  f"ratio {new / old:.2f}", flush=True)
-    print(f"median ratio this / earlier: {statistics.median(ratios):.2f}")
+            cpu_ratios.append(new_cpu / old_cpu)
+            print(f"round {i + 1}: {count} cases, earlier code {old:.1f} s ({old_cpu:.1f} s CPU), "
+                  f"this code {new:.1f} s ({new_cpu:.1f} s CPU), ratio {new / old:.2f} "
+                  f"(CPU {new_cpu / old_cpu:.2f})", flush=True)
+    print(f"median ratio this / earlier: {statistics.median(ratios):.2f} wall, "
+          f"{statistics.median(cpu_ratios):.2f} CPU (the sweep's process and its workers)")
 
 
 if __name__ == "__main__":
