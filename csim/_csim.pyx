@@ -700,6 +700,25 @@ cdef inline void next_line_ref(engine_t *e, int lv, uint64_t line, bint is_write
         ref(e, lv + 1, line << L.line_shift, L.line_bytes, is_write)
 
 
+cdef inline void fast_hit(level_t *L, uint64_t idx, uint64_t line, bint is_write, bint first) noexcept nogil:
+    """A hit in way ``idx`` of a ``fast`` level: its counter, the LRU stamp (or FIFO's dirty
+    bit), and at the first level the most recent line."""
+    cdef uint64_t sd = L.way[idx].sd
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    if L.policy == POLICY_LRU:
+        L.clock += 2
+        L.way[idx].sd = L.clock | (sd & 1) | <uint64_t> is_write
+    elif is_write:
+        L.way[idx].sd = sd | 1
+    if first:
+        L.mru_valid = 1
+        L.mru_line = line
+        L.mru_idx = idx
+
+
 cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint is_write) noexcept nogil:
     """line_ref_general for a level with ``fast`` set (LRU or FIFO, write-back, no 3C, no
     inclusion to keep, no victim level below): nothing below can touch this level's ways
@@ -709,24 +728,10 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef uint64_t nways = L.ways
     cdef uint64_t set = set_of(L, line)
     cdef way_t *w = L.way + set * nways
-    cdef uint64_t i, best, oldest, sd
+    cdef uint64_t best, oldest
     cdef int64_t found = find_in(w, nways, line)
     if found >= 0:
-        i = <uint64_t> found
-        sd = w[i].sd
-        if is_write:
-            L.c.writes += 1
-        else:
-            L.c.reads += 1
-        if L.policy == POLICY_LRU:
-            L.clock += 2
-            w[i].sd = L.clock | (sd & 1) | <uint64_t> is_write
-        elif is_write:
-            w[i].sd = sd | 1
-        if lv == 0:
-            L.mru_valid = 1
-            L.mru_line = line
-            L.mru_idx = set * nways + i
+        fast_hit(L, set * nways + <uint64_t> found, line, is_write, lv == 0)
         return
     if is_write:
         L.c.writes += 1
@@ -971,27 +976,15 @@ cdef inline bint memo_hit(engine_t *e, nest_t *ns, int64_t k, uint64_t addr) noe
     lookup would find it there (a line sits in at most one way of its set), so the hit is
     applied exactly as line_ref_fast applies one: same counters, stamp and MRU state."""
     cdef level_t *L = &e.levels[0]
-    cdef uint64_t line = addr >> L.line_shift, idx = ns.memo_idx[k], sd
+    cdef uint64_t line = addr >> L.line_shift, idx = ns.memo_idx[k]
     cdef bint is_write = ns.is_write[k] != 0
     if (idx == NO_MEMO or line != ns.memo_line[k] or ((addr + (ns.size[k] - 1)) >> L.line_shift) != line
             or (L.mru_valid and line == L.mru_line)):
         return 0
-    sd = L.way[idx].sd
-    if L.way[idx].tag != line or sd == 0:
+    if L.way[idx].tag != line or L.way[idx].sd == 0:
         return 0
     e.accesses += 1
-    if is_write:
-        L.c.writes += 1
-    else:
-        L.c.reads += 1
-    if L.policy == POLICY_LRU:
-        L.clock += 2
-        L.way[idx].sd = L.clock | (sd & 1) | <uint64_t> is_write
-    elif is_write:
-        L.way[idx].sd = sd | 1
-    L.mru_valid = 1
-    L.mru_line = line
-    L.mru_idx = idx
+    fast_hit(L, idx, line, is_write, 1)
     return 1
 
 
