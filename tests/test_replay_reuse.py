@@ -141,14 +141,3 @@ def test_prepared_keeps_only_its_most_recent_entries():
     assert prepared.step(Case("h100-sxm", "nettalk", 1)) is not first  # evicted, built again
     assert prepared.step(Case("vax-11-780", "nettalk", 3)) is prepared.step(Case("h100-sxm", "nettalk", 3))
 
-
-def test_a_sweep_runs_its_longest_replays_first(tmp_path, monkeypatch):
-    # On a few workers a long case started last is the sweep's tail: the planned cost orders them.
-    order: list = []
-    real = sw._default_runner
-    monkeypatch.setattr(sw, "_default_runner", lambda case, **k: (order.append(case), real(case, **k))[1])
-    cases = [Case("vax-11-780", "nettalk", b) for b in (1, 64, 8)]
-    costs = sw.plan_costs(cases, None).costs
-    assert len(set(costs.values())) == 3
-    sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
-    assert order == sorted(cases, key=lambda c: -costs[c])

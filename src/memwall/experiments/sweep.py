@@ -516,7 +516,6 @@ class SweepPlan:
     lookups: int = 0  # line lookups the cases will replay, shared replays counted once
     refused: dict[Case, str] = field(default_factory=dict)  # case -> why (over --max-lookups)
     replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.simulate.replay_key
-    costs: dict[Case, int] = field(default_factory=dict)  # case -> line lookups of its own replay
 
 
 def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
@@ -547,7 +546,6 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
                 plan.refused[case] = f"{type(err).__name__}: {err}"  # what the worker would have written
             continue
         plan.replay_keys[case] = key
-        plan.costs[case] = replay.lookups
         plan.lookups += replay.lookups
     return plan
 
@@ -755,9 +753,7 @@ def run_sweep(
               f"worker(s)", file=sys.stderr)
 
     refused = plan.refused
-    # The longest replays first: on a few workers, a long case started last is the sweep's
-    # tail, alone on one core (the results do not depend on the order).
-    todo = sorted((c for c in todo if c not in refused), key=lambda c: -plan.costs.get(c, 0))
+    todo = [c for c in todo if c not in refused]
     bar = _progress(len(cases), reused, progress)
     failures = 0
     computed = 0
