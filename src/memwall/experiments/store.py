@@ -182,16 +182,11 @@ class Store:
         return sorted(self._claims)
 
 
-def checksum(record: Mapping[str, Any]) -> str:
-    """SHA-256 of a record's :func:`canonical` JSON, its own ``checksum`` field left out."""
+def checksum(record: Mapping[str, Any], encode: Callable[[Any], str] | None = None) -> str:
+    """SHA-256 of a record's :func:`canonical` JSON (or ``encode``'s), its own ``checksum``
+    field left out. Records written before the compact form hashed :func:`dumps`'s text."""
     body = {k: v for k, v in record.items() if k != "checksum"}
-    return hashlib.sha256(canonical(body).encode("utf-8")).hexdigest()
-
-
-def _legacy_checksum(record: Mapping[str, Any]) -> str:
-    # Records written before the compact form hashed the indented text of dumps().
-    body = {k: v for k, v in record.items() if k != "checksum"}
-    return hashlib.sha256(dumps(body).encode("utf-8")).hexdigest()
+    return hashlib.sha256((encode or canonical)(body).encode("utf-8")).hexdigest()
 
 
 def _check(record: Any, key: str, content: str = "row") -> str | None:
@@ -208,7 +203,7 @@ def _check(record: Any, key: str, content: str = "row") -> str | None:
     if "checksum" not in record:
         return "no checksum (written by hand or by an older memwall)"
     try:
-        if record["checksum"] == checksum(record) or record["checksum"] == _legacy_checksum(record):
+        if record["checksum"] == checksum(record) or record["checksum"] == checksum(record, dumps):
             return None
     except (TypeError, ValueError) as err:
         return f"cannot be re-encoded ({err})"
