@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -100,6 +101,81 @@ def test_gemm_streams_expand_to_what_they_stand_for(family, dims):
         assert written == c.bytes  # each output stored once
     if family == "scalar" and k > 1:
         assert lo.bytes_by_tensor() == {"A": m * n * k * 4, "B": m * n * k * 4, "C": m * n * 4}
+
+
+LEVEL2_SHAPES = [(1, 20, 13), (1, 37, 9), (11, 1, 30), (1, 1, 9), (6, 10, 1), (7, 45, 1), (1, 45, 1)]
+
+
+@pytest.mark.parametrize("dims", LEVEL2_SHAPES)
+@pytest.mark.parametrize("trans", [(False, False), (True, True)])
+@pytest.mark.parametrize("block", [16 * 1024, 48])  # 48 bytes: x or y in blocks of 12, with remainders
+def test_blocked_level2_products_stream_the_matrix_once_unpacked(dims, trans, block, monkeypatch):
+    """A product with a dimension of one runs as BLAS gemv or ger: nothing is packed, the
+    matrix (for K = 1, the output) is touched once, and the streams stand for exactly
+    the accesses of the order rule, whatever the blocks, groups and remainders."""
+    from memwall.workloads import lowering
+
+    monkeypatch.setattr(lowering, "GEMV_BLOCK_BYTES", block)
+    m, n, k = dims
+    kern = replace(gemm_step(m, n, k).kernels[0], trans=trans)
+    lo = lower(kern, FAMILIES["blocked"], line_bytes=16)
+    assert "blocked level 2" in lo.notes and lo.vector_instructions == 0
+    got = lo.bytes_by_tensor()
+    assert set(got) == {"A", "B", "C"}  # no pack.A, pack.B scratch
+    a, b, c = (4 * m * k, 4 * k * n, 4 * m * n)
+    refs = {r.name: r for r in (*kern.reads, *kern.writes)}
+    touched: dict[str, set] = {name: set() for name in refs}
+    written: set = set()
+    for nest in lo.nests:
+        addr, size, wr = (x.tolist() for x in nest.expand())
+        assert list(zip(addr, size, wr, strict=True)) == [(x, sz, int(w)) for x, sz, w in _explicit(nest)]
+        assert len(addr) == nest.n_accesses
+        for x, sz, w in zip(addr, size, wr, strict=True):
+            (name,) = [t for t, r in refs.items() if r.addr <= x and x + sz <= r.addr + r.bytes]
+            touched[name].update(range(x, x + sz, 4))
+            if w:
+                written.update(range(x, x + sz, 4))
+    # every element of every operand is read or written, every output element written
+    assert all(len(touched[t]) == refs[t].bytes // 4 for t in refs)
+    assert written == set(range(refs["C"].addr, refs["C"].addr + refs["C"].bytes, 4))
+    if k == 1:  # ger: C written once, a[i] once a row, b once a row; C read first when accumulating
+        assert got == {"A": a, "B": m * b, "C": c}
+        accumulating = lower(replace(kern, params={"beta": 1}), FAMILIES["blocked"], line_bytes=16)
+        assert accumulating.bytes_by_tensor() == {"A": a, "B": m * b, "C": 2 * c}
+        return
+    # the matrix, x and y: (name, outputs) of the product as gemv sees it
+    matrix, vector, outputs = ("B", "A", n) if m == 1 else ("A", "B", m)
+    dot = n == 1 if m == 1 and not trans[1] else (trans[1] if m == 1 else not trans[0])
+    block_elements = max(4, block // 4 // 4 * 4)  # the vector's block: whole 16-byte lines of fp32
+    assert got[matrix] == 4 * k * outputs  # every matrix element once
+    if dot:  # x once per group of outputs and block; y read and written per group and block of x
+        assert got[vector] == 4 * k * -(-outputs // lowering.GEMV_FUSE)
+        assert got["C"] == 2 * 4 * outputs * -(-k // block_elements)
+    else:  # x once per block of y; y read and written once per group of reduction steps
+        assert got[vector] == 4 * k * -(-outputs // block_elements)
+        assert got["C"] == 2 * 4 * outputs * -(-k // lowering.GEMV_FUSE)
+
+
+def test_blocked_level2_forms_follow_the_layout():
+    """The matrix contiguous along the reduction gives dot products (gemv_t); contiguous
+    along the outputs, axpy passes (gemv_n); K = 1, an outer product (ger)."""
+    fwd = gemm_step(1, 64, 32).kernels[0]  # y = x . W, W stored K x N: contiguous along the outputs
+    assert "axpy" in lower(fwd, FAMILIES["blocked"]).notes
+    assert "dot products" in lower(replace(fwd, trans=(False, True)), FAMILIES["blocked"]).notes
+    assert "outer product" in lower(gemm_step(64, 32, 1).kernels[0], FAMILIES["blocked"]).notes
+    assert "level 2" not in lower(gemm_step(2, 64, 32).kernels[0], FAMILIES["blocked"]).notes
+
+
+def test_blocked_per_example_affine_layer_moves_its_weights_not_packed_copies():
+    """Per-example training of a 1024-wide layer on a blocked CPU: the forward and input
+    gradient read W once each, the weight gradient writes dW once: no packed panels."""
+    step = build_step(load_network("affine-48x1024"), TrainingConfig(batch=1, updates="per-example"))
+    w = 1024 * 1024 * 4
+    by = {k.name: lower(k, FAMILIES["blocked"]).bytes_by_tensor() for k in step.kernels
+          if k.name in ("L7.fwd", "L7.dX", "L7.dW")}
+    assert by["L7.fwd"]["L7.w"] == by["L7.dX"]["L7.w"] == w
+    assert by["L7.dW"]["grad.L7.w"] == w
+    assert not any(t.startswith("pack.") for d in by.values() for t in d)
 
 
 def test_tiled_waves_load_the_union_of_their_tiles():

@@ -24,7 +24,13 @@ Families:
   whole micro-panels, as BLIS does); the micro-kernel loads an mr- and an nr-wide sliver
   per p and loads and stores its C micro-tile once per kc panel. Defaults:
   ``micro_tile = [4, 4], kc = 256, mc = 128, nc = 4096``. Remainder blocks are separate
-  nests issued after the full blocks.
+  nests issued after the full blocks. A product with a dimension of one is level-2 BLAS
+  and is not packed: a gemv (M = 1 or N = 1) runs as OpenBLAS's fused kernels,
+  ``GEMV_FUSE`` outputs at a time as dot products when the matrix is contiguous along K
+  (gemv_t) or ``GEMV_FUSE`` reduction steps at a time as axpy passes over a block of y
+  otherwise (gemv_n), the re-read vector in blocks of ``GEMV_BLOCK_BYTES``; a K = 1
+  product (a per-example weight gradient) runs as ger, row by row. The matrix (for K = 1,
+  the output) is streamed once, a line per access, as elementwise kernels are.
 * ``tiled`` - thread-block / systolic tiles staged in a software-managed level. The
   engine sees only the L2 / main-memory traffic of tile loads. Tiles run ``units`` at a
   time (default 132) in waves shaped as near-square groups of output tiles (the
@@ -114,8 +120,11 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
     p = params_of(schedule)
     fam = schedule.family
     if kernel.op in ("gemm", "gemv"):
-        out = {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
-               "tiled": _gemm_tiled}[fam](kernel, p)
+        if fam == "blocked" and _is_level2(kernel):
+            out = _level2_blocked(kernel, line_bytes)
+        else:
+            out = {"scalar": _gemm_scalar, "vector": _gemm_vector, "blocked": _gemm_blocked,
+                   "tiled": _gemm_tiled}[fam](kernel, p)
         out = _with_epilogue(kernel, out, p, fam, line_bytes)
     elif kernel.op == "update" and "parts" in kernel.params:
         out = _multi_tensor(kernel, p, fam, line_bytes)
@@ -440,6 +449,162 @@ def _split_packing(nest: LoopNest, b_rows: int, a_rows: int, o: _Operands, e: in
     )
     micro = LoopNest(nest.counts, tuple(acc[4:]), nest.label)
     return [pack_b, pack_a, micro]
+
+
+# ---- blocked, level 2 -----------------------------------------------------------------------------
+# A product with a dimension of one uses each element of its matrix operand (or, when K = 1,
+# writes each element of its output) exactly once: there is no reuse for packing to buy, so no
+# BLAS packs it. OpenBLAS forwards such a gemm to gemv (interface/gemm.c, GEMM_GEMV_FORWARD,
+# OpenBLAS PR 4814, 2024) and runs gemv as fused level-2 kernels: ?gemv_n works on GEMV_FUSE
+# columns at a time against a block of y, ?gemv_t on GEMV_FUSE dot products at a time against
+# a block of x (kernel/x86_64/sgemv_n_4.c, sgemv_t_4.c: sgemv_kernel_4x4, NBMAX 4096 fp32 /
+# dgemv 2048 fp64, i.e. 16 KiB of the vector); ?ger is an axpy per column. numpy.matmul sends
+# a vector-matrix product to gemv and a K = 1 product to its own loop over the output's rows.
+GEMV_FUSE = 4  # matrix rows (outputs, or reduction steps) one pass of a level-2 kernel works on
+GEMV_BLOCK_BYTES = 16 * 1024  # the block of the re-read vector a level-2 kernel keeps in the first level
+
+
+def _is_level2(kernel: Kernel) -> bool:
+    """A product BLAS runs as gemv (M = 1 or N = 1) or ger (K = 1)."""
+    assert kernel.dims is not None
+    return 1 in kernel.dims
+
+
+@dataclass(frozen=True)
+class _Vector:
+    """An operand of a level-2 product as one vector per batch item: ``length`` elements of
+    ``e`` bytes, ``step`` bytes apart, ``batch`` bytes between items."""
+
+    ref: TensorRef
+    step: Any
+    e: Any
+    batch: Any
+
+    def chunk(self, start: int, width: int, strides: tuple[Any, ...], **kw: Any) -> Access:
+        """``width`` elements from element ``start``, the loops moving it by ``strides``
+        (in elements of this vector, after the batch loop's own stride)."""
+        return Access(_whole(self.ref.addr + start * self.step), (_whole(self.batch),)
+                      + tuple(_whole(s * self.step) for s in strides), _whole(width * self.e), tensor=self.ref.name, **kw)
+
+
+def _level2_blocked(kernel: Kernel, line_bytes: int) -> Lowered:
+    """A gemv or ger as level-2 BLAS runs it: no packing; the matrix (the output, for K = 1)
+    streamed once in its storage order, one line of it per access, as the blocked family
+    streams elementwise kernels; the vectors re-read from the first level."""
+    o = _ops(kernel)
+    if o.k == 1:
+        return _ger_blocked(kernel, o, line_bytes)
+    if o.m == 1:  # y[1 x N] = x[1 x K] . W[K x N]: outputs along N
+        w = _Matrix(o.b, o.bn, o.bk, o.eb, o.bb)
+        x, y, outputs = _Vector(o.a, o.ak, o.e, o.ab), _Vector(o.c, o.cn, o.ce, o.cb), o.n
+    else:  # y[M x 1] = W[M x K] . x[K x 1]: outputs along M
+        w = _Matrix(o.a, o.am, o.ak, o.e, o.ab)
+        x, y, outputs = _Vector(o.b, o.bk, o.eb, o.bb), _Vector(o.c, o.cm, o.ce, o.cb), o.m
+    shape = (kernel.batch, w, x, y, outputs, o.k, line_bytes, kernel.name)
+    if w.along_k == w.e or outputs == 1:
+        nests, how = _gemv_dot(*shape), "dot products (gemv_t)"
+    else:
+        nests, how = _gemv_axpy(*shape), "axpy passes (gemv_n)"
+    return Lowered(nests, 0, f"blocked level 2: a matrix-vector product as {how}, {GEMV_FUSE} at a time, "
+                   "the matrix streamed once, unpacked")
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """The matrix operand of a gemv: byte strides between outputs and along the reduction."""
+
+    ref: TensorRef
+    along_out: Any
+    along_k: Any
+    e: Any
+    batch: Any
+
+    def rows(self, first: int, count: int, start: int, width: int, loops: tuple[Any, ...],
+             along_rows: Any, along_run: Any, after: bool = False) -> list[Access]:
+        """``count`` runs of ``width`` elements, rows ``first`` on (``along_rows`` bytes
+        apart), each from element ``start`` of its row (``along_run`` bytes apart); the
+        enclosing loops (after the batch loop) move them by ``loops`` bytes."""
+        return [Access(_whole(self.ref.addr + (first + t) * along_rows + start * along_run),
+                       tuple(_whole(s) for s in (self.batch, *loops)), _whole(width * self.e), after=after,
+                       tensor=self.ref.name) for t in range(count)]
+
+
+def _line_chunk(e: Any, line_bytes: int) -> int:
+    """Elements of ``e`` bytes in one line (at least one)."""
+    return max(1, int(line_bytes // e))
+
+
+def _chunks(width: int, chunk: int) -> tuple[int, int, int]:
+    """(full chunks, their width, the remainder's width) of a run of ``width`` elements;
+    a run shorter than a chunk is one chunk of its own width."""
+    if width < chunk:
+        return 1, width, 0
+    full, rem = divmod(width, chunk)
+    return full, chunk, rem
+
+
+def _gemv_dot(batch: int, w: _Matrix, x: _Vector, y: _Vector, outputs: int, k: int, line_bytes: int,
+              label: str) -> list[LoopNest]:
+    """Dot form (the matrix contiguous along K): for each block of x, for each group of
+    outputs, the group's rows and x chunk by chunk; then the group's y read and written
+    (OpenBLAS's gemv_t adds each block's sums into y)."""
+    ch = _line_chunk(w.e, line_bytes)
+    nb = max(ch, GEMV_BLOCK_BYTES // x.e // ch * ch)
+    nests = []
+    for (kn, kw, k0), (gn, gw, j0) in itertools.product(_splits(k, nb), _splits(outputs, GEMV_FUSE)):
+        full, cw, rem = _chunks(kw, ch)
+        loops = (nb * w.along_k, GEMV_FUSE * w.along_out)
+        acc = [x.chunk(k0, cw, (nb, 0, cw))]
+        acc += w.rows(j0, gw, k0, cw, (*loops, cw * w.along_k), w.along_out, w.along_k)
+        if rem:  # the block's last, shorter chunk
+            acc.append(x.chunk(k0 + full * cw, rem, (nb, 0), after=True))
+            acc += w.rows(j0, gw, k0 + full * cw, rem, loops, w.along_out, w.along_k, after=True)
+        for write in (False, True):
+            acc.append(y.chunk(j0, gw, (0, GEMV_FUSE), is_write=write, after=True))
+        nests.append(_drop_unit_loops([batch, kn, gn, full], acc, label))
+    return nests
+
+
+def _gemv_axpy(batch: int, w: _Matrix, x: _Vector, y: _Vector, outputs: int, k: int, line_bytes: int,
+               label: str) -> list[LoopNest]:
+    """Axpy form (the matrix contiguous along the outputs): for each block of y, for each
+    group of reduction steps, x's group once, then chunk by chunk the group's rows with y's
+    chunk read and written (OpenBLAS's gemv_n)."""
+    ch = _line_chunk(w.e, line_bytes)
+    nb = max(ch, GEMV_BLOCK_BYTES // y.e // ch * ch)
+    nests = []
+    for (jn, jw, j0), (gn, gw, k0) in itertools.product(_splits(outputs, nb), _splits(k, GEMV_FUSE)):
+        full, cw, rem = _chunks(jw, ch)
+        loops = (nb * w.along_out, GEMV_FUSE * w.along_k)
+        acc = [x.chunk(k0, gw, (0, GEMV_FUSE))]
+        for start, width, chunk_loop in ((0, cw, True), (full * cw, rem, False)):
+            if not width:
+                continue
+            acc += w.rows(k0, gw, j0 + start, width, (*loops, cw * w.along_out) if chunk_loop else loops,
+                          w.along_k, w.along_out, after=not chunk_loop)
+            acc += [y.chunk(j0 + start, width, (nb, 0, cw) if chunk_loop else (nb, 0), is_write=write,
+                            after=not chunk_loop) for write in (False, True)]
+        nests.append(_drop_unit_loops([batch, jn, gn, full], acc, label))
+    return nests
+
+
+def _ger_blocked(kernel: Kernel, o: _Operands, line_bytes: int) -> Lowered:
+    """K = 1 (an outer product, the weight gradient of one example): row by row, a[i] once,
+    then b and the row of C chunk by chunk (C read first when the product accumulates)."""
+    full, cw, rem = _chunks(o.n, _line_chunk(o.ce, line_bytes))
+    a, b, c = _Vector(o.a, o.am, o.e, o.ab), _Vector(o.b, o.bn, o.eb, o.bb), _Vector(o.c, o.cn, o.ce, o.cb)
+    row = o.cm // o.cn  # C's row stride in elements
+    acc = [a.chunk(0, 1, (1,))]
+    for start, width, chunk_loop in ((0, cw, True), (full * cw, rem, False)):
+        if not width:
+            continue
+        run = (cw,) if chunk_loop else ()
+        acc.append(b.chunk(start, width, (0, *run), after=not chunk_loop))
+        if kernel.params.get("beta"):
+            acc.append(c.chunk(start, width, (row, *run), after=not chunk_loop))
+        acc.append(c.chunk(start, width, (row, *run), is_write=True, after=not chunk_loop))
+    nests = [_drop_unit_loops([kernel.batch, o.m, full], acc, kernel.name)]
+    return Lowered(nests, 0, "blocked level 2: an outer product as ger runs it, row by row, unpacked")
 
 
 # ---- tiled --------------------------------------------------------------------------------------
