@@ -83,6 +83,16 @@ def test_a_sweep_replays_each_engine_key_once_and_rows_match_separate_runs(tmp_p
     assert strip == [{k: v for k, v in r.items() if k != "key"} for r in alone.rows]
 
 
+def test_a_sweep_keeps_on_disk_only_the_replays_its_cases_share(tmp_path, monkeypatch):
+    cases = [Case("h100-sxm", "nettalk"), Case(sw.synthetic_spec("h100-sxm", 1e12), "nettalk"),
+             Case("vax-11-780", "nettalk")]
+    calls = _count_replays(monkeypatch)
+    sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
+    assert len(calls) == 2  # the H100's replay once for both of its cases
+    (path,) = (tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json")
+    assert path.stem == replay_key(load_machine("h100-sxm"), cases[0])  # not the VAX's, which no case shares
+
+
 def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
     a, b, c = (Case(m, "nettalk") for m in ("h100-sxm", "h200", "vax-11-780"))
     store = sw.Store(tmp_path)
@@ -99,7 +109,8 @@ def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
 @pytest.mark.parametrize("damage", ["not json", "edited"])
 def test_a_damaged_stored_replay_is_recomputed(tmp_path, damage):
     case = Case("h100-sxm", "nettalk")
-    sw.run_sweep([case], tmp_path / "s", jobs=1, progress=False)
+    twin = Case(sw.synthetic_spec("h100-sxm", 1e12), "nettalk")  # shares the replay, so it is kept
+    sw.run_sweep([case, twin], tmp_path / "s", jobs=1, progress=False)
     (path,) = (tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json")
     if damage == "not json":
         path.write_text("{")

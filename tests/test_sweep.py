@@ -239,3 +239,21 @@ def test_records_round_trip_compact_nan_and_the_indented_form_of_earlier_version
     edited["row"]["seconds"] = 9.0
     path.write_text(json.dumps(edited))
     assert s.get("k1") is None and s.damaged[-1][0] == "k1"
+
+
+def test_a_record_as_written_is_checked_from_its_bytes_and_an_edited_one_is_not_passed(tmp_path, monkeypatch):
+    """A record in the form Store.put writes is verified by hashing its bytes (a sweep reads
+    back hundreds of records of tens of kilobytes); a record whose bytes were changed is
+    checked the slow way, and refused when its content changed."""
+    from memwall.experiments import store as st
+
+    s = Store(tmp_path)
+    path = s.put({"key": "k1", "status": "ok", "row": {"seconds": 1.5}})
+    monkeypatch.setattr(st, "checksum", lambda *a, **k: pytest.fail("re-encoded a sealed record"))
+    assert s.get("k1")["row"] == {"seconds": 1.5}
+    monkeypatch.undo()
+    text = path.read_text()
+    path.write_text(text.replace('"seconds":1.5', '"seconds": 1.5'))  # the same content, other bytes
+    assert s.get("k1")["row"] == {"seconds": 1.5}
+    path.write_text(text.replace('"seconds":1.5', '"seconds":2.5'))  # other content
+    assert s.get("k1") is None and s.damaged[-1][0] == "k1"

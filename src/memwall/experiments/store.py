@@ -57,8 +57,10 @@ class Store:
     """The records of one sweep folder."""
 
     def __init__(self, root: str | os.PathLike[str],
-                 on_damaged: Callable[[str], None] | None = _warn, content: str = "row") -> None:
+                 on_damaged: Callable[[str], None] | None = _warn, content: str = "row",
+                 durable: bool = True) -> None:
         self.root = Path(root)
+        self.durable = durable  # records reach the disk before they are renamed into place (fsync)
         self.content = content  # the table every record must hold: a sweep's "row", a prediction's "result"
         self.cases = self.root / CASES_DIR
         self.quarantine = self.cases / QUARANTINE_DIR
@@ -89,7 +91,7 @@ class Store:
             return self._damaged(key, "not UTF-8 text")
         except json.JSONDecodeError as err:
             return self._damaged(key, f"not JSON ({err.msg} at line {err.lineno})")
-        reason = _check(record, key, self.content)
+        reason = _check(record, key, self.content, sealed=_sealed(data))
         return self._damaged(key, reason) if reason else record
 
     def _damaged(self, key: str, reason: str) -> None:
@@ -122,7 +124,7 @@ class Store:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         # The checksum goes in front of the text it hashes (a record is never empty: it
         # has its key), so the record is encoded once.
-        _atomic_write(final, f'{{"checksum":"{digest}",{text[1:]}\n')
+        _atomic_write(final, f'{{"checksum":"{digest}",{text[1:]}\n', durable=self.durable)
         return final
 
     def keys(self) -> list[str]:
@@ -189,8 +191,26 @@ def checksum(record: Mapping[str, Any], encode: Callable[[Any], str] | None = No
     return hashlib.sha256((encode or canonical)(body).encode("utf-8")).hexdigest()
 
 
-def _check(record: Any, key: str, content: str = "row") -> str | None:
-    """Why ``record`` is not a usable record for ``key`` holding a ``content`` table, or None."""
+_SEAL = b'{"checksum":"'
+_SEAL_END = len(_SEAL) + 64 + 2  # the digest's 64 hex digits, then '",'
+
+
+def _sealed(data: bytes) -> bool:
+    """Whether ``data`` is a record exactly as :meth:`Store.put` writes it: its checksum in
+    front of the canonical text it hashes. Then the bytes themselves are checked, without
+    encoding the parsed record again (three passes of the json module over a record of
+    tens of kilobytes, for every case a sweep reads back); any other form of a valid record
+    (the earlier indented one, a NaN literal typed where null stood) is checked by
+    re-encoding it."""
+    if not data.startswith(_SEAL) or data[_SEAL_END - 2:_SEAL_END] != b'",':
+        return False
+    body = b"{" + data[_SEAL_END:].rstrip(b"\n")
+    return hashlib.sha256(body).hexdigest().encode("ascii") == data[len(_SEAL):_SEAL_END - 2]
+
+
+def _check(record: Any, key: str, content: str = "row", sealed: bool = False) -> str | None:
+    """Why ``record`` is not a usable record for ``key`` holding a ``content`` table, or None;
+    ``sealed``: its bytes already matched its checksum (:func:`_sealed`)."""
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not a record"
     if record.get("key") != key:
@@ -202,6 +222,8 @@ def _check(record: Any, key: str, content: str = "row") -> str | None:
         return f"status {record.get('status')!r} is neither 'ok' nor 'error'"
     if "checksum" not in record:
         return "no checksum (written by hand or by an older memwall)"
+    if sealed:
+        return None
     try:
         if record["checksum"] == checksum(record) or record["checksum"] == checksum(record, dumps):
             return None
@@ -258,7 +280,7 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _atomic_write(final: Path, text: str) -> None:
+def _atomic_write(final: Path, text: str, durable: bool = True) -> None:
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):
@@ -266,7 +288,8 @@ def _atomic_write(final: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, final)
     except BaseException:
         # A kill between mkstemp and replace leaves only a dot-file the glob skips.
@@ -406,11 +429,16 @@ class ReplayStore:
     in what the engine never sees replay once, across workers and reruns.
 
     A cache, not a record: a replay that cannot be read is recomputed, and one that
-    cannot be written (a worker on another machine, a full disk) is simply not kept.
+    cannot be written (a worker on another machine, a full disk) is simply not kept. So it
+    is written without waiting for the disk (no fsync): after a power cut a torn replay
+    fails its checksum and is recomputed. ``keep``, if given, names the only keys worth
+    writing (the replays that more than one case of the sweep shares); None keeps every
+    one.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.store = Store(Path(root) / REPLAYS_DIR, on_damaged=None, content="replay")
+    def __init__(self, root: str | os.PathLike[str], keep: frozenset[str] | None = None) -> None:
+        self.store = Store(Path(root) / REPLAYS_DIR, on_damaged=None, content="replay", durable=False)
+        self.keep = keep
 
     def get(self, key: str) -> list[Any] | None:
         from ..engine import HierarchyCounters
@@ -422,6 +450,8 @@ class ReplayStore:
             return None
 
     def put(self, key: str, counters: Sequence[Any]) -> None:
+        if self.keep is not None and key not in self.keep:
+            return
         try:
             self.store.put({"key": key, "status": "ok", "replay": {"kernels": [c.as_dict() for c in counters]}})
         except OSError:

@@ -15,6 +15,7 @@ different balance. The synthetic balance sweep (figure 6) is made of these.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -34,7 +35,7 @@ from .. import MODEL_VERSION
 from ..errors import InputError
 from ..simulate import ENGINE_RATE, Case, duration
 from ..vocabulary import ATTENTIONS, FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
-from .store import ReplayStore, Store, atomic_write, dumps, write_tables
+from .store import ReplayStore, Store, atomic_write, canonical, dumps, write_tables
 
 if TYPE_CHECKING:
     from ..profiles import Machine
@@ -485,11 +486,14 @@ def row_order(row: Mapping[str, Any]) -> tuple:
 
 
 def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = None,
-                    allow_fallback: bool = False, replays: str | None = None) -> Mapping[str, Any]:
+                    allow_fallback: bool = False, replays: str | None = None,
+                    shared: frozenset[str] | None = None) -> Mapping[str, Any]:
+    """``replays``: the sweep folder whose replay cache the case reads and writes;
+    ``shared``: the replay keys worth writing there (None: every one)."""
     from ..simulate import run_case
 
     return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback,
-                    replays=ReplayStore(replays) if replays is not None else None, prepared=_prepared())
+                    replays=ReplayStore(replays, shared) if replays is not None else None, prepared=_prepared())
 
 
 # Distinct steps (and plans) a process keeps built at once (a step of a large network holds
@@ -516,6 +520,15 @@ class SweepPlan:
     lookups: int = 0  # line lookups the cases will replay, shared replays counted once
     refused: dict[Case, str] = field(default_factory=dict)  # case -> why (over --max-lookups)
     replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.simulate.replay_key
+
+    @property
+    def shared(self) -> frozenset[str]:
+        """The replay keys more than one case uses: the replays worth keeping on disk."""
+        seen: set[str] = set()
+        twice: set[str] = set()
+        for key in self.replay_keys.values():
+            (twice if key in seen else seen).add(key)
+        return frozenset(twice)
 
 
 def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
@@ -730,9 +743,6 @@ def run_sweep(
     machine lacks at its nearest dtype's rate instead of failing the case.
     """
     planned = runner is None  # a caller's own runner may replay nothing: its cost is its own
-    if runner is None:
-        runner = partial(_default_runner, max_lookups=max_lookups, allow_fallback=allow_fallback,
-                         replays=str(out))
     check_executor(executor, jobs, scheduler, allow_remote_scheduler)
     validate(cases)
     check_out_dir(out)
@@ -747,6 +757,9 @@ def run_sweep(
             todo.append(case)
     reused = len(cases) - len(todo)
     plan = plan_costs(todo, max_lookups) if planned else SweepPlan()
+    if runner is None:
+        runner = partial(_default_runner, max_lookups=max_lookups, allow_fallback=allow_fallback,
+                         replays=str(out), shared=plan.shared)
     if progress and plan.lookups:
         print(f"{len(todo)} cases to run: about {plan.lookups:.3g} line lookups, at most "
               f"{duration(plan.lookups / ENGINE_RATE / min(jobs, len(todo)))} on {min(jobs, len(todo))} "
@@ -757,6 +770,7 @@ def run_sweep(
     bar = _progress(len(cases), reused, progress)
     failures = 0
     computed = 0
+    rows_here: dict[Case, dict[str, Any]] = {}  # the rows this sweep wrote: not read back
     feeder = _Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None,
                      replay_keys=plan.replay_keys)
     try:
@@ -768,6 +782,7 @@ def run_sweep(
                        "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
                        "result": outcome.get("result")})
             store.release(keys[case])
+            rows_here[case] = json.loads(canonical(row))  # as reading the record back gives it
             feeder.finished(case)
             computed += 1
             if bar is not None:
@@ -790,7 +805,8 @@ def run_sweep(
         if bar is not None:
             bar.close()
 
-    rows = [rec["row"] for rec in (store.get(keys[c]) for c in cases) if rec is not None]
+    stored = (rows_here.get(c) or (rec["row"] if (rec := store.get(keys[c])) is not None else None) for c in cases)
+    rows = [row for row in stored if row is not None]
     rows.sort(key=row_order)
     write_tables(out, rows, COLUMNS)
     write_machine_roofs(out, dict.fromkeys(c.machine for c in cases))
@@ -827,8 +843,6 @@ def write_machine_roofs(out: str | os.PathLike[str], specs: Iterable[str]) -> Pa
 
 def read_machine_roofs(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The roofs a sweep stored (empty if it stored none)."""
-    import json
-
     try:
         return list(json.loads((Path(out) / MACHINES_JSON).read_text(encoding="utf-8"))["machines"])
     except (FileNotFoundError, ValueError, KeyError):
