@@ -152,3 +152,34 @@ def test_prepared_keeps_only_its_most_recent_entries():
     assert prepared.step(Case("h100-sxm", "nettalk", 1)) is not first  # evicted, built again
     assert prepared.step(Case("vax-11-780", "nettalk", 3)) is prepared.step(Case("h100-sxm", "nettalk", 3))
 
+
+
+def test_prepared_holds_plans_up_to_its_bound_on_accesses():
+    """A sweep keeps every plan its cost estimate built (its forked workers then lower
+    nothing), but no more loop-nest accesses than Prepared's bound: the oldest plans go."""
+    h100, a100, vax = (load_machine(m) for m in ("h100-sxm", "a100-sxm", "vax-11-780"))
+    prepared = simulate.Prepared(size=100)
+    cases = [Case(m.id, "gpt2-small", 2) for m in (h100, a100, vax)]
+    plans = [prepared.plan(m, prepared.step(c), replay_key(m, c)) for m, c in zip((h100, a100, vax), cases,
+                                                                                    strict=True)]
+    sizes = [simulate._accesses(p) for p in plans]
+    assert all(s > 0 for s in sizes) and prepared._accesses == sum(sizes)
+    small = simulate.Prepared(size=100, max_accesses=sizes[1] + sizes[2])
+    for m, c in zip((h100, a100, vax), cases, strict=True):
+        small.plan(m, small.step(c), replay_key(m, c))
+    assert list(small._plans) == [replay_key(a100, cases[1]), replay_key(vax, cases[2])]  # the H100's went
+    assert small._accesses == sizes[1] + sizes[2]
+    assert small.plan(a100, small.step(cases[1]), replay_key(a100, cases[1])) is not None
+
+
+def test_the_cost_estimate_leaves_every_plan_for_the_workers():
+    from memwall.profiles import machine_ids
+
+    cases = sw.product([m for m in machine_ids() if m != "TEMPLATE"], ["nettalk"], [1, 2, 4])
+    monkey = sw._PREPARED
+    try:
+        sw._PREPARED = None
+        plan = sw.plan_costs(cases, None)
+        assert len(sw._prepared()._plans) == len(set(plan.replay_keys.values())) > 100
+    finally:
+        sw._PREPARED = monkey

@@ -241,7 +241,9 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
 
 class Prepared:
     """Steps and replay plans built in this process, kept for the cases after it that
-    share them: the ``size`` most recent of each.
+    share them: the ``size`` most recent of each, and of the plans no more than hold
+    ``max_accesses`` loop-nest accesses in all (a plan's memory goes with its accesses:
+    about half a kilobyte each, lowered nests and samples included).
 
     Building a step and lowering its kernels is Python work that a sweep would otherwise
     redo case after case, for a step that many machines run and a plan that every machine
@@ -249,18 +251,25 @@ class Prepared:
     :func:`replay_key` hashes, as the replay is). A case's step is keyed by every option
     but the machine and the dispatch mode, which act in the timing."""
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, max_accesses: int = 1_000_000) -> None:
         self.size = size
+        self.max_accesses = max_accesses
         self._steps: OrderedDict[Case, Step] = OrderedDict()
         self._plans: OrderedDict[str, ReplayPlan] = OrderedDict()
+        self._accesses = 0  # of the plans kept
 
     def _keep(self, table: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
         if key in table:
             table.move_to_end(key)
             return table[key]
         value = table[key] = make()
-        if len(table) > self.size:
-            table.popitem(last=False)
+        if table is self._plans:
+            self._accesses += _accesses(value)
+        while len(table) > self.size or (table is self._plans and self._accesses > self.max_accesses
+                                         and len(table) > 1):
+            _, old = table.popitem(last=False)
+            if table is self._plans:
+                self._accesses -= _accesses(old)
         return value
 
     def step(self, case: Case) -> Step:
@@ -269,6 +278,14 @@ class Prepared:
     def plan(self, machine: Machine, step: Step, key: str, *, exact: bool = False) -> ReplayPlan:
         """The plan of ``step`` on ``machine``; ``key`` is the case's :func:`replay_key`."""
         return self._keep(self._plans, key, lambda: plan_replay(machine, step, exact=exact))
+
+
+def _accesses(plan: ReplayPlan) -> int:
+    """The loop-nest accesses a plan holds (lowered, and sampled where it samples)."""
+    lowered = sum(len(nest.accesses) for low in plan.lowered for nest in low.nests)
+    sampled = sum(len(counted.accesses) + (len(warm.accesses) if warm is not None else 0)
+                  for row in plan.replays for warm, counted, scale in row if scale != 1.0)
+    return lowered + sampled
 
 
 def check_cost(plan: ReplayPlan, max_lookups: int | None, *, exact: bool = False) -> None:

@@ -496,9 +496,12 @@ def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = N
                     replays=ReplayStore(replays, shared) if replays is not None else None, prepared=_prepared())
 
 
-# Distinct steps (and plans) a process keeps built at once (a step of a large network holds
-# its kernels and loop nests; sweeps list cases machine by machine, so a few suffice).
-_PLANNED_STEPS = 64
+# Distinct steps (and plans) a process keeps built at once: the cost estimate builds every
+# case's before any worker starts, and a forked worker inherits them, so a sweep's cases are
+# lowered once, not once in the estimate and again in a worker. The default study's 320
+# plans hold 130,000 loop-nest accesses (about 60 MB); Prepared's own bound on accesses
+# (a million) keeps a sweep of huge steps from holding more.
+_PLANNED_STEPS = 4096
 _PREPARED: Any = None
 
 
