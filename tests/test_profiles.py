@@ -91,6 +91,25 @@ def test_file_outside_era_data_extends_a_shipped_base() -> None:
     assert m.peak_flops == profiles.load_machine("h100-sxm").peak_flops
 
 
+def test_a_profile_is_read_again_when_it_or_its_base_changes(tmp_path: Path) -> None:
+    """Loaded profiles are kept while their files are unchanged: an edit to the file, or to
+    the base it extends, is seen at the next load; an unchanged file gives the same Machine."""
+    base = tmp_path / "mybase.toml"
+    base.write_text((era_data_dir() / "machines" / "h100-sxm.toml").read_text().replace(
+        'id = "h100-sxm"', 'id = "mybase"'))
+    child = tmp_path / "child.toml"
+    child.write_text('base = "mybase.toml"\nid = "child"\nname = "a child"\n')
+    first = profiles.load_machine(str(child))
+    assert profiles.load_machine(str(child)) is first
+    base.write_text(base.read_text().replace('value = "3.35 TB/s"', 'value = "1.25 TB/s"'))
+    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(1.25e12) != first.memory.bandwidth
+    child.write_text(child.read_text() + 'notes = "edited"\n')
+    assert profiles.load_machine(str(child)).notes == "edited"
+    what_if = profiles.load_machine(str(child), sets={"memory.bandwidth": "2 TB/s"})
+    assert what_if.memory.bandwidth == pytest.approx(2e12)
+    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(1.25e12)
+
+
 def test_cycle_of_bases_is_refused() -> None:
     errors = profiles.validate_paths([FIXTURES / "cycle_a.toml"])
     assert errors and errors[0].field == "base" and "cycle" in errors[0].reason

@@ -572,9 +572,11 @@ def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_chain(path: Path, problems: Problems) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The file's table with its bases merged in (base first), and the file's own table."""
-    chain: list[Path] = []
+def _read_chain(path: Path, problems: Problems, chain: list[Path] | None = None,
+                ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The file's table with its bases merged in (base first), and the file's own table;
+    ``chain``, if given, receives the files read, the file itself first."""
+    chain = [] if chain is None else chain
     tables: list[dict[str, Any]] = []
     current = path.resolve()
     while True:
@@ -760,8 +762,9 @@ def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problem
 WHAT_IF_SOURCE = "what_if"
 
 
-def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None) -> Machine | None:
-    chain = _read_chain(path, problems)
+def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None,
+           files: list[Path] | None = None) -> Machine | None:
+    chain = _read_chain(path, problems, files)
     if chain is None:
         return None
     data, own = chain
@@ -830,13 +833,38 @@ def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list
 
 def load_machine_file(path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:
     """Load and check one profile file (and its bases), with ``sets`` (FIELD -> VALUE, as
-    ``memwall inspect --set``) applied. Raises the first problem found."""
+    ``memwall inspect --set``) applied. Raises the first problem found.
+
+    A profile loaded before is returned again while none of the files it was read from
+    has changed (size, modification time, inode): a sweep loads each of its machines for
+    every case, in the estimate, the worker and the row, and parsing and checking a
+    profile costs a few milliseconds each time. Nothing mutates a loaded Machine."""
     path = Path(path)
+    key = (str(path.resolve()), tuple(sorted((sets or {}).items())))
+    kept = _LOADED.get(key)
+    if kept is not None and all(_file_stamp(f) == stamp for f, stamp in kept[0]):
+        return kept[1]
     problems = Problems(str(path))
-    machine = _build(path, problems, sets)
+    files: list[Path] = []
+    machine = _build(path, problems, sets, files)
     problems.raise_first("; run 'memwall machines validate'")
     assert machine is not None
+    if len(_LOADED) >= _LOADED_MAX:
+        _LOADED.clear()
+    _LOADED[key] = (tuple((f, _file_stamp(f)) for f in files), machine)
     return machine
+
+
+_LOADED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[tuple[Path, Any], ...], Machine]] = {}
+_LOADED_MAX = 512  # profiles (with their --set variants) kept loaded
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def validate_paths(paths: Iterable[str | Path], strict: bool = False) -> list[InputError]:
