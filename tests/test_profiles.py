@@ -318,3 +318,15 @@ def test_machines_subcommand_can_be_extended() -> None:
     extra.set_defaults(func=lambda args: 0)
     args = parser.parse_args(["machines", "test-extra"])
     assert args.func(args) == 0
+
+
+def test_a_data_folder_listing_follows_files_added_and_removed(tmp_path: Path) -> None:
+    from memwall.data import toml_files
+
+    (tmp_path / "a.toml").write_text("")
+    assert [p.name for p in toml_files(tmp_path)] == ["a.toml"]
+    (tmp_path / "b.toml").write_text("")
+    (tmp_path / "TEMPLATE.toml").write_text("")
+    assert [p.name for p in toml_files(tmp_path)] == ["a.toml", "b.toml"]
+    (tmp_path / "a.toml").unlink()
+    assert [p.name for p in toml_files(tmp_path)] == ["b.toml"]

@@ -16,8 +16,25 @@ def era_data_dir() -> Path:
 
 
 def toml_files(folder: Path) -> list[Path]:
-    """The data files of a folder, in name order: its ``*.toml`` but the templates."""
-    return sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+    """The data files of a folder, in name order: its ``*.toml`` but the templates.
+
+    The listing is kept while the folder's modification time is unchanged (a file added,
+    removed or renamed changes it): every profile or preset looked up by id lists its
+    folder, and a sweep looks them up for every case."""
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    kept = _LISTED.get(folder)
+    if kept is not None and stamp is not None and kept[0] == stamp:
+        return list(kept[1])
+    files = sorted(p for p in folder.glob("*.toml") if not p.name.startswith("TEMPLATE"))
+    if stamp is not None:
+        _LISTED[folder] = (stamp, tuple(files))
+    return files
+
+
+_LISTED: dict[Path, tuple[int, tuple[Path, ...]]] = {}
 
 
 def data_files(kind: str) -> list[Path]:
