@@ -234,7 +234,8 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
             budget = max(floor, int(n * share)) if sample else 0
             warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
             row.append((warm, counted, scale))
-            lookups += counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
+            lookups += n if counted is nest else (
+                counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0))
         replays.append(row)
     return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
 
