@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -543,16 +543,25 @@ def _chunks(width: int, chunk: int) -> tuple[int, int, int]:
     return full, chunk, rem
 
 
+def _gemv_loops(run: int, grouped: int, block_e: Any, w_e: Any, line_bytes: int) -> Iterator[tuple[Any, ...]]:
+    """The loops both gemv forms share: blocks of ``run`` (the re-read vector's dimension,
+    ``GEMV_BLOCK_BYTES`` of its ``block_e``-byte elements), groups of ``GEMV_FUSE`` along
+    ``grouped``, and each block's chunks of one line of the matrix. Yields the block size,
+    ``(count, width, start)`` of the blocks and of the groups (full ones, then the
+    remainder: :func:`_splits`), and the block's ``(full chunks, chunk width, remainder)``."""
+    ch = _line_chunk(w_e, line_bytes)
+    nb = max(ch, GEMV_BLOCK_BYTES // block_e // ch * ch)
+    for blocks, groups in itertools.product(_splits(run, nb), _splits(grouped, GEMV_FUSE)):
+        yield nb, blocks, groups, _chunks(blocks[1], ch)
+
+
 def _gemv_dot(batch: int, w: _Matrix, x: _Vector, y: _Vector, outputs: int, k: int, line_bytes: int,
               label: str) -> list[LoopNest]:
     """Dot form (the matrix contiguous along K): for each block of x, for each group of
     outputs, the group's rows and x chunk by chunk; then the group's y read and written
     (OpenBLAS's gemv_t adds each block's sums into y)."""
-    ch = _line_chunk(w.e, line_bytes)
-    nb = max(ch, GEMV_BLOCK_BYTES // x.e // ch * ch)
     nests = []
-    for (kn, kw, k0), (gn, gw, j0) in itertools.product(_splits(k, nb), _splits(outputs, GEMV_FUSE)):
-        full, cw, rem = _chunks(kw, ch)
+    for nb, (kn, _, k0), (gn, gw, j0), (full, cw, rem) in _gemv_loops(k, outputs, x.e, w.e, line_bytes):
         loops = (nb * w.along_k, GEMV_FUSE * w.along_out)
         acc = [x.chunk(k0, cw, (nb, 0, cw))]
         acc += w.rows(j0, gw, k0, cw, (*loops, cw * w.along_k), w.along_out, w.along_k)
@@ -570,11 +579,8 @@ def _gemv_axpy(batch: int, w: _Matrix, x: _Vector, y: _Vector, outputs: int, k: 
     """Axpy form (the matrix contiguous along the outputs): for each block of y, for each
     group of reduction steps, x's group once, then chunk by chunk the group's rows with y's
     chunk read and written (OpenBLAS's gemv_n)."""
-    ch = _line_chunk(w.e, line_bytes)
-    nb = max(ch, GEMV_BLOCK_BYTES // y.e // ch * ch)
     nests = []
-    for (jn, jw, j0), (gn, gw, k0) in itertools.product(_splits(outputs, nb), _splits(k, GEMV_FUSE)):
-        full, cw, rem = _chunks(jw, ch)
+    for nb, (jn, _, j0), (gn, gw, k0), (full, cw, rem) in _gemv_loops(outputs, k, y.e, w.e, line_bytes):
         loops = (nb * w.along_out, GEMV_FUSE * w.along_k)
         acc = [x.chunk(k0, gw, (0, GEMV_FUSE))]
         for start, width, chunk_loop in ((0, cw, True), (full * cw, rem, False)):
