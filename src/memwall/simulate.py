@@ -252,7 +252,7 @@ class Prepared:
     :func:`replay_key` hashes, as the replay is). A case's step is keyed by every option
     but the machine and the dispatch mode, which act in the timing."""
 
-    def __init__(self, size: int = 64, max_accesses: int = 1_000_000) -> None:
+    def __init__(self, size: int = 64, max_accesses: int = 500_000) -> None:
         self.size = size
         self.max_accesses = max_accesses
         self._steps: OrderedDict[Case, Step] = OrderedDict()

@@ -500,7 +500,7 @@ def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = N
 # case's before any worker starts, and a forked worker inherits them, so a sweep's cases are
 # lowered once, not once in the estimate and again in a worker. The default study's 320
 # plans hold 130,000 loop-nest accesses (about 60 MB); Prepared's own bound on accesses
-# (a million) keeps a sweep of huge steps from holding more.
+# (half a million, about 220 MB) keeps a sweep of huge steps from holding more.
 _PLANNED_STEPS = 4096
 _PREPARED: Any = None
 
