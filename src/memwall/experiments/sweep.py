@@ -499,7 +499,7 @@ def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = N
 # Distinct steps (and plans) a process keeps built at once: the cost estimate builds every
 # case's before any worker starts, and a forked worker inherits them, so a sweep's cases are
 # lowered once, not once in the estimate and again in a worker. The default study's 320
-# plans hold 130,000 loop-nest accesses (about 60 MB); Prepared's own bound on accesses
+# plans hold 148,000 loop-nest accesses (about 60 MB); Prepared's own bound on accesses
 # (half a million, about 220 MB) keeps a sweep of huge steps from holding more.
 _PLANNED_STEPS = 4096
 _PREPARED: Any = None
