@@ -257,6 +257,7 @@ class Prepared:
         self.max_accesses = max_accesses
         self._steps: OrderedDict[Case, Step] = OrderedDict()
         self._plans: OrderedDict[str, ReplayPlan] = OrderedDict()
+        self._weights: dict[str, int] = {}  # each kept plan's accesses
         self._accesses = 0  # of the plans kept
 
     def _keep(self, table: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
@@ -265,12 +266,13 @@ class Prepared:
             return table[key]
         value = table[key] = make()
         if table is self._plans:
-            self._accesses += _accesses(value)
+            self._weights[key] = _accesses(value)
+            self._accesses += self._weights[key]
         while len(table) > self.size or (table is self._plans and self._accesses > self.max_accesses
                                          and len(table) > 1):
-            _, old = table.popitem(last=False)
+            old, _ = table.popitem(last=False)
             if table is self._plans:
-                self._accesses -= _accesses(old)
+                self._accesses -= self._weights.pop(old)
         return value
 
     def step(self, case: Case) -> Step:

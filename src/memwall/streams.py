@@ -187,8 +187,6 @@ class LoopNest:
             "strides": strides,
             "size": np.array([a.size for a in self.accesses], dtype=np.uint32),
             "is_write": np.array([a.is_write for a in self.accesses], dtype=np.uint8),
-            "depth": np.array([a.depth for a in self.accesses], dtype=np.uint8),
-            "after": np.array([a.after for a in self.accesses], dtype=np.uint8),
             "rows": np.array([a.rows for a in self.accesses], dtype=np.uint32),
             "row_stride": np.array([a.row_stride for a in self.accesses], dtype=np.int64),
         }

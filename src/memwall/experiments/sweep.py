@@ -546,13 +546,14 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
     prepared = _prepared()
     machines: dict[str, Machine] = {}
     plan = SweepPlan()
+    planned: set[str] = set()  # replay keys already costed (each is replayed once)
     for case in cases:
         try:
             step = prepared.step(case)
             if case.machine not in machines:
                 machines[case.machine] = load_machine_spec(case.machine)
             key = replay_key(machines[case.machine], case)
-            if key in plan.replay_keys.values():
+            if key in planned:
                 plan.replay_keys[case] = key
                 continue
             replay = prepared.plan(machines[case.machine], step, key)
@@ -562,6 +563,7 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
                 plan.refused[case] = f"{type(err).__name__}: {err}"  # what the worker would have written
             continue
         plan.replay_keys[case] = key
+        planned.add(key)
         plan.lookups += replay.lookups
     return plan
 
