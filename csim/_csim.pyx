@@ -315,6 +315,41 @@ cdef inline uint64_t oldest_way(const way_t *w, uint64_t nways) noexcept nogil:
     return best1 if older else best0
 
 
+cdef inline int64_t find_or_oldest(const way_t *w, uint64_t nways, uint64_t line, uint64_t *oldest) noexcept nogil:
+    """find_in, and when the line is absent oldest_way into ``oldest``, in one pass over
+    the set: a lookup that misses reads each way once, not once to find and again to
+    choose the victim. The stamps are ranked as oldest_way ranks them (two chains of
+    conditional moves, the first of equals)."""
+    cdef uint64_t k, sd0, sd1, best0 = 0, best1 = 1
+    cdef uint64_t old0 = 0xFFFFFFFFFFFFFFFFULL, old1 = 0xFFFFFFFFFFFFFFFFULL
+    cdef bint older
+    k = 0
+    while k + 1 < nways:
+        sd0 = w[k].sd
+        sd1 = w[k + 1].sd
+        if w[k].tag == line and sd0 != 0:
+            return <int64_t> k
+        if w[k + 1].tag == line and sd1 != 0:
+            return <int64_t> (k + 1)
+        older = sd0 < old0
+        best0 = k if older else best0
+        old0 = sd0 if older else old0
+        older = sd1 < old1
+        best1 = k + 1 if older else best1
+        old1 = sd1 if older else old1
+        k += 2
+    if k < nways:  # an odd way count: the last way, on the even chain
+        sd0 = w[k].sd
+        if w[k].tag == line and sd0 != 0:
+            return <int64_t> k
+        older = sd0 < old0
+        best0 = k if older else best0
+        old0 = sd0 if older else old0
+    older = old1 < old0 or (old1 == old0 and best1 < best0)
+    oldest[0] = best1 if older else best0
+    return -1
+
+
 cdef inline void plru_touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     # Walk from the root; each node's bit is set to point away from `way`
     # (0 = the victim is on the left, 1 = on the right).
@@ -728,8 +763,8 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef uint64_t nways = L.ways
     cdef uint64_t set = set_of(L, line)
     cdef way_t *w = L.way + set * nways
-    cdef uint64_t best, oldest
-    cdef int64_t found = find_in(w, nways, line)
+    cdef uint64_t best = 0, oldest
+    cdef int64_t found = find_or_oldest(w, nways, line, &best)
     if found >= 0:
         fast_hit(L, set * nways + <uint64_t> found, line, is_write, lv == 0)
         return
@@ -739,7 +774,6 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     else:
         L.c.reads += 1
         L.c.read_misses += 1
-    best = oldest_way(w, nways)
     oldest = w[best].sd
     if not (is_write and nbytes == L.line_bytes):
         L.c.bytes_in += L.line_bytes
@@ -867,7 +901,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t writebacks = 0, bytes_in = 0
     cdef bint mru_valid = L.mru_valid
     cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
-    cdef uint64_t a, end, line, last, sd, oldest, best, k, last_pf = 0
+    cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0
     cdef int64_t found
     cdef bint wr
     cdef index_t i
@@ -896,7 +930,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
                 else:
-                    found = find_in(w, nways, line)
+                    found = find_or_oldest(w, nways, line, &best)
                     k = <uint64_t> found if found >= 0 else nways
                 if k < nways:  # hit
                     sd = w[k].sd
@@ -906,7 +940,8 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     elif wr:
                         w[k].sd = sd | 1
                 else:
-                    best = oldest_way(w, nways) if nways > 1 else 0
+                    if nways == 1:
+                        best = 0
                     oldest = w[best].sd
                     if wr:
                         write_misses += 1
