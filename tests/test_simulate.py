@@ -329,3 +329,40 @@ def test_max_lookups_must_be_a_whole_number(value, capsys):
     with pytest.raises(SystemExit):
         main(["inspect", "--machine", "cray-1", "--network", "nettalk", "--max-lookups", value])
     assert "whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("network, batch, seq_len", [("nettalk", 4, None), ("gpt2-small", 1, 16)])
+def test_a_machine_without_caches_counts_what_the_engine_would(network, batch, seq_len):
+    """With no cache level every access reaches memory as it is: the counts come from the
+    streams, equal to the engine's replay of every access, and nothing is replayed."""
+    from memwall.engine import Hierarchy
+
+    machine = load_machine("cray-1")
+    assert not machine.cache_levels
+    case = Case(machine="cray-1", network=network, batch=batch, **({"seq_len": seq_len} if seq_len else {}))
+    plan = simulate.plan_replay(machine, simulate.build_case_step(case))
+    assert plan.lookups == 0  # no replay to cost, so none is ever refused
+    counted = simulate.replay_step(machine, plan)
+    engine = Hierarchy([])
+    for low, counts in zip(plan.lowered, counted, strict=True):
+        before = engine.counters()
+        for nest in low.nests:
+            engine.replay_nest(nest)
+        assert engine.counters() - before == counts
+
+
+def test_a_machine_without_caches_is_never_sampled():
+    """A step far over the replay budget (the per-example 48-layer stack on the Cray-1) is
+    counted exactly: whole numbers, and every byte the core moves reaches memory."""
+    case = Case(machine="cray-1", network="affine-48x1024", batch=1, updates="per-example")
+    machine = load_machine("cray-1")
+    step = simulate.build_case_step(case)
+    plan = simulate.plan_replay(machine, step)
+    assert sum(nest.line_lookups(64) for low in plan.lowered for nest in low.nests) > simulate.STEP_BUDGET
+    assert all(warm is None and scale == 1.0 for row in plan.replays for warm, _, scale in row)
+    counted = simulate.replay_step(machine, plan)
+    assert all(isinstance(c.memory.bytes_read, int) and isinstance(c.accesses, int) for c in counted)
+    for low, counts in zip(plan.lowered, counted, strict=True):
+        reads, writes, nbytes, _ = simulate._demand(low)
+        assert (counts.memory.reads, counts.memory.writes) == (reads, writes)
+        assert counts.memory.bytes_read + counts.memory.bytes_written == nbytes

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from .engine import Hierarchy, HierarchyCounters
+from .engine import Hierarchy, HierarchyCounters, MemoryCounters
 from .errors import InputError
 from .interconnect import bubble_fraction
 from .networks import Network, load_network, with_attention
@@ -121,6 +121,24 @@ def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
     return reads, writes, nbytes, inner
 
 
+def uncached_counters(lowered: Lowered) -> HierarchyCounters:
+    """What the engine counts for one run of a kernel on a machine with no cache levels,
+    from the streams alone: each demand access is one reference to main memory of its
+    own size (ENGINE_SEMANTICS, main memory), so nothing needs replaying and the counts
+    are exact at any size, where a replay of a large step would be sampled."""
+    reads = writes = bytes_read = bytes_written = 0
+    for nest in lowered.nests:
+        for access in nest.accesses:
+            times = nest.times(access)
+            if access.is_write:
+                writes += times
+                bytes_written += times * access.size
+            else:
+                reads += times
+                bytes_read += times * access.size
+    return HierarchyCounters([], MemoryCounters(reads, writes, bytes_read, bytes_written), reads + writes)
+
+
 def build_case_step(case: Case) -> Step:
     """The step a case runs: a single product, or a network's training or inference step."""
     if (case.gemm is None) == (case.network is None):
@@ -216,6 +234,9 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
     levels = machine.cache_levels
     line = levels[0].line if levels else 64
     lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
+    if not levels:  # nothing to replay: replay_step counts the streams (exact, never sampled)
+        return ReplayPlan(lowered=lowered, passes=1, replays=[[(None, nest, 1.0) for nest in low.nests]
+                                                              for low in lowered], lookups=0, line=line)
     cache_bytes = sum(level.size for level in levels)
     lines = sum(level.size // level.line for level in levels)
     floor = min(SAMPLE_FLOOR, max(SAMPLE_FLOOR_MIN, CACHE_SPANS * lines))
@@ -408,6 +429,8 @@ def replay_step(machine: Machine, plan: ReplayPlan,
     """The counters each kernel adds on the plan's last pass (the earlier ones warm the
     caches): the engine's whole answer for a step, which depends on the machine only
     through :func:`engine_fields`."""
+    if not machine.cache_levels:
+        return [uncached_counters(low) for low in plan.lowered]
     hierarchy = Hierarchy(machine.cache_levels)
     counters: list[HierarchyCounters] = []
     for p in range(plan.passes):
