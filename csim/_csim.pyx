@@ -791,10 +791,54 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
         L.mru_idx = set * nways + best
 
 
+cdef void line_ref_through(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
+    """line_ref_general for a level with ``through`` set (write-through and no-write-allocate,
+    LRU or FIFO, no 3C, no inclusion to keep, no victim level below): no way is ever dirty,
+    so a victim leaves without a write-back, and nothing below touches this level's ways,
+    so the lookup finds the line and the oldest way in one pass."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t nways = L.ways
+    cdef uint64_t set = set_of(L, line)
+    cdef way_t *w = L.way + set * nways
+    cdef uint64_t best = 0
+    cdef int64_t found = find_or_oldest(w, nways, line, &best)
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    L.mru_valid = 0
+    if found >= 0:
+        if L.policy == POLICY_LRU:
+            L.clock += 2
+            w[found].sd = L.clock  # (never dirty)
+        if is_write:  # written through, in place
+            L.c.bytes_out += nbytes
+            ref(e, lv + 1, lo, nbytes, 1)
+        best = <uint64_t> found
+    elif is_write:  # no-write-allocate: only the level below sees it
+        L.c.write_misses += 1
+        L.c.bytes_out += nbytes
+        ref(e, lv + 1, lo, nbytes, 1)
+        return
+    else:
+        L.c.read_misses += 1
+        L.c.bytes_in += L.line_bytes
+        next_line_ref(e, lv, line, 0)
+        w[best].tag = line
+        L.clock += 2
+        w[best].sd = L.clock
+    if lv == 0:
+        L.mru_valid = 1
+        L.mru_line = line
+        L.mru_idx = set * nways + best
+
+
 cdef inline void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes, bint is_write) noexcept nogil:
     """One lookup of ``line`` at level lv (the ENGINE_SEMANTICS rules)."""
     if e.levels[lv].fast:
         line_ref_fast(e, lv, line, nbytes, is_write)
+    elif e.levels[lv].through:
+        line_ref_through(e, lv, line, lo, nbytes, is_write)
     elif e.levels[lv].stack:
         stack_ref(&e.levels[lv], line, nbytes, is_write)
     else:
@@ -1195,6 +1239,9 @@ cdef class Engine:
             L.fast = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
+            L.through = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and L.write_through
+                         and not L.classify and L.inclusion == INCL_NONE
+                         and not L.next_exclusive and not L.inclusive_below)
         self._clear(False)
 
     def __dealloc__(self):

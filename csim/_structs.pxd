@@ -105,6 +105,8 @@ ctypedef struct level_t:
                                    #   for the host's caches: replay prefetches their sets ahead
     bint fast                      # derived: LRU/FIFO, write-back, no 3C, not inclusive and
                                    #   neither of the two above: line_ref_fast applies
+    bint through                   # derived: as fast, but write-through (no-write-allocate)
+                                   #   and not a victim level: line_ref_through applies
     way_t *way                     # sets*ways, set by set
     uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
     uint64_t clock                 # ticks once per touch or install; holds stamp << 1

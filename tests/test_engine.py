@@ -153,6 +153,23 @@ def test_plain_first_level_loop_matches_reference(policy, l1_sets, l1_ways):
     assert_same(*run_both(levels, addr, size, w, classify=False, flush=False))
 
 
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("ways", [1, 3, 4])
+@pytest.mark.parametrize("where", ["first", "second", "both"])
+def test_write_through_levels_without_3c_match_reference(policy, ways, where):
+    # Without 3C a write-through LRU/FIFO level runs its own lookup (one pass for the line
+    # and the victim, no write-backs): first, below a write-back level, and both, with
+    # lines that differ between the levels, partial and straddling writes, and line 0.
+    rng = np.random.default_rng(31)
+    through = "through-noallocate"
+    levels = [lv("L1", 6 * ways * 16, 16, ways, policy=policy, write=through if where != "second" else "back-allocate"),
+              lv("L2", 16 * 4 * 32, 32, 4, policy=policy, write=through if where != "first" else "back-allocate")]
+    for trace in (random_trace(rng, 4000, 1 << 13, max_size=40, write_frac=0.4),
+                  adversarial_trace(rng, 4000, 16, 6)):
+        assert_same(*run_both(levels, *trace, classify=False))
+        assert_same(*run_both(levels, *trace, classify=False, flush=False))
+
+
 @pytest.mark.parametrize("ways", [1, 2, 4])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_line_zero_misses_in_an_empty_set(ways, policy):
