@@ -49,6 +49,24 @@ cdef extern from *:
 
 cdef extern from *:
     """
+    /* a % d for a, d < 2^32 without a division: magic = ceil(2^64 / d) (Lemire, Kaser and
+       Kurz, "Faster remainder by direct computation", Software: Practice and Experience
+       49(6), 2019). Two multiplications: a 64-bit division's latency is what a lookup in a
+       level whose set count is not a power of two (a GPU's L2) waited on before its set. */
+    #include <stdint.h>
+    static inline uint64_t memwall_mod32(uint64_t a, uint64_t magic, uint64_t d) {
+    #if defined(__SIZEOF_INT128__)
+        return (uint64_t)(((unsigned __int128)(magic * a) * d) >> 64);
+    #else
+        (void)magic;
+        return a % d;
+    #endif
+    }
+    """
+    uint64_t memwall_mod32(uint64_t a, uint64_t magic, uint64_t d) nogil
+
+cdef extern from *:
+    """
     /* Zeroed memory for a level's ways. Levels of 2 MiB or more are mapped in huge pages
        where Linux offers them (transparent huge pages on request: MADV_HUGEPAGE): a 32 MiB
        level's 8 MiB of ways then costs 4 page faults instead of 2048, and its random
@@ -258,10 +276,17 @@ cdef bint fa_access(fa_lru_t *f, uint64_t line, bint allocate) noexcept nogil:
 
 
 # ------------------------------------------------------------ one level: the policy
+cdef inline uint64_t set_index(uint64_t line, bint pow2, uint64_t mask, uint64_t magic, uint64_t sets) noexcept nogil:
+    """The set of ``line`` in a level of these fields (set_of, for a caller keeping them in locals)."""
+    if pow2:
+        return line & mask
+    if magic != 0 and (line >> 32) == 0:
+        return memwall_mod32(line, magic, sets)
+    return line % sets
+
+
 cdef inline uint64_t set_of(level_t *L, uint64_t line) noexcept nogil:
-    if L.sets_pow2:
-        return line & L.set_mask
-    return line % L.sets
+    return set_index(line, L.sets_pow2, L.set_mask, L.set_magic, L.sets)
 
 
 cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept nogil:
@@ -937,7 +962,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef level_t *L = &e.levels[0]
     cdef way_t *ways = L.way
     cdef way_t *w
-    cdef uint64_t nways = L.ways, set_mask = L.set_mask, sets = L.sets, lb = L.line_bytes
+    cdef uint64_t nways = L.ways, set_mask = L.set_mask, magic = L.set_magic, sets = L.sets, lb = L.line_bytes
     cdef int shift = L.line_shift
     cdef bint lru = L.policy == POLICY_LRU, pow2 = L.sets_pow2
     cdef uint64_t clock = L.clock
@@ -970,7 +995,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 # most recent already), only the dirty bit.
                 ways[mru_idx].sd |= <uint64_t> wr
             else:
-                w = ways + (line & set_mask if pow2 else line % sets) * nways
+                w = ways + set_index(line, pow2, set_mask, magic, sets) * nways
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
                 else:
@@ -1200,6 +1225,7 @@ cdef class Engine:
             L.line_shift = log2_exact(L.line_bytes)
             L.sets_pow2 = (L.sets & (L.sets - 1)) == 0
             L.set_mask = L.sets - 1
+            L.set_magic = (0xFFFFFFFFFFFFFFFFULL // L.sets + 1) if not L.sets_pow2 and L.sets < (1ULL << 32) else 0
             L.policy = spec["policy"]
             L.write_through = spec["write_through"]
             L.inclusion = spec["inclusion"]

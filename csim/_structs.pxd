@@ -93,6 +93,8 @@ ctypedef struct level_t:
     int line_shift                 # log2(line_bytes)
     bint sets_pow2                 # set = line & set_mask, else line % sets
     uint64_t set_mask              # sets - 1 when sets_pow2
+    uint64_t set_magic             # else, with sets < 2^32: ceil(2^64 / sets), for a line < 2^32
+                                   #   (memwall_mod32; 0: always divide)
     int policy                     # Policy
     bint write_through             # write-through + no-write-allocate, else write-back + allocate
     int inclusion                  # Inclusion, relative to the level(s) above

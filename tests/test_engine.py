@@ -153,6 +153,26 @@ def test_plain_first_level_loop_matches_reference(policy, l1_sets, l1_ways):
     assert_same(*run_both(levels, addr, size, w, classify=False, flush=False))
 
 
+@pytest.mark.parametrize("sets", [3, 25600, 114688])
+@pytest.mark.parametrize("fast", [True, False])
+def test_set_counts_not_a_power_of_two_around_line_two_to_the_32(sets, fast):
+    # Below line 2^32 the set of a line is found without a division (memwall_mod32), above
+    # it by one: a trace that crosses line 2^32 lands in the same sets as the reference.
+    rng = np.random.default_rng(sets)
+    line = 64
+    levels = [lv("L1", 4 * 2 * line, line, 2), lv("L2", sets * 4 * line, line, 4)]
+    if not fast:  # the general lookup (FIFO at the second level keeps it fast: PLRU does not)
+        levels[1] = lv("L2", sets * 4 * line, line, 4, policy="plru")
+    n = 3000
+    # 16 lines in each of 4 neighbouring sets, half of them past line 2^32: their sets
+    # conflict only if both sides find the same sets
+    lines = ((1 << 32) + rng.integers(-8, 8, n) * sets + rng.integers(0, 4, n)).astype(np.uint64)
+    addr = lines * np.uint64(line) + rng.integers(0, 32, n).astype(np.uint64)
+    size = rng.integers(1, 33, n).astype(np.uint32)
+    writes = (rng.random(n) < 0.3).astype(np.uint8)
+    assert_same(*run_both(levels, addr, size, writes, classify=False))
+
+
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
 @pytest.mark.parametrize("ways", [1, 3, 4])
 @pytest.mark.parametrize("where", ["first", "second", "both"])
