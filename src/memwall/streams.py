@@ -89,12 +89,21 @@ class LoopNest:
 
     def _extent(self, a: Access) -> tuple[int, int]:
         low = high = a.base
-        for count, stride in zip((*self.counts[: a.depth], a.rows), (*a.strides, a.row_stride), strict=True):
+        counts = self.counts
+        for i, stride in enumerate(a.strides):
+            count = counts[i]
             if count == 0:
                 return a.base, a.base  # never issued
             span = (count - 1) * stride
-            low += min(0, span)
-            high += max(0, span)
+            if span < 0:
+                low += span
+            else:
+                high += span
+        span = (a.rows - 1) * a.row_stride  # rows >= 1 (checked first)
+        if span < 0:
+            low += span
+        else:
+            high += span
         return low, high
 
     def times(self, access: Access) -> int:

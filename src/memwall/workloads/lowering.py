@@ -626,13 +626,14 @@ def _wave_shape(tiles_m: int, tiles_n: int, batch: int, units: int) -> tuple[int
 
 
 def _operand_block(ref: TensorRef, base: Any, rows: int, chunk: int, row_stride: Any, k_stride: Any,
-                   e: Any) -> Access:
+                   e: Any, strides: tuple[int, ...], after: bool) -> Access:
     """The block loading ``rows`` output-side rows by a K chunk of ``chunk`` (base at k = 0),
-    as one two-dimensional access: row by row along the operand's contiguous direction."""
+    as one two-dimensional access: row by row along the operand's contiguous direction,
+    moved by ``strides`` with the loops around it."""
     if k_stride == e:  # rows contiguous along K: one run per row
-        return Access(_whole(base), (), _whole(chunk * e), tensor=ref.name, rows=rows, row_stride=_whole(row_stride))
+        return Access(_whole(base), strides, _whole(chunk * e), False, after, ref.name, rows, _whole(row_stride))
     # K-major: one run per K step, covering the block's rows
-    return Access(_whole(base), (), _whole(rows * e), tensor=ref.name, rows=chunk, row_stride=_whole(k_stride))
+    return Access(_whole(base), strides, _whole(rows * e), False, after, ref.name, chunk, _whole(k_stride))
 
 
 def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
@@ -656,12 +657,10 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
             for chunk, into, k0, depth in ((kch, acc, 0, 4), (krem, tail, kfull * kch, 3)):
                 if not chunk or (depth == 4 and not kfull):
                     continue
-                a = _operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e)
                 s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
-                into.append(replace(a, strides=s, after=depth == 3))
-                b = _operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, o.eb)
+                into.append(_operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e, s, depth == 3))
                 s = (bw * o.bb, 0, _whole(wn * tn * o.bn)) + ((_whole(kch * o.bk),) if depth == 4 else ())
-                into.append(replace(b, strides=s, after=depth == 3))
+                into.append(_operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, o.eb, s, depth == 3))
         stores = []
         for bi in range(bw):
             c_0 = o.c.addr + (b0 + bi) * o.cb + r0 * o.cm + c0 * o.cn
