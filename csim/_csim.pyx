@@ -890,6 +890,11 @@ cdef inline void access_lines(engine_t *e, addr_t addr, uint64_t size, bint is_w
     end = addr + (size - 1)
     line = addr >> L.line_shift
     last = end >> L.line_shift
+    if last != line and L.fast:
+        # An access of several lines at a fast first level: replay_first_fast's loop, which
+        # keeps that level's state in locals across the lines, not a call per line.
+        replay_one_fast(e, addr, size, is_write)
+        return
     while True:
         if L.mru_valid and line == L.mru_line and not (is_write and L.write_through):
             if is_write:
@@ -1045,6 +1050,15 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     L.c.bytes_in += bytes_in
     L.c.bytes_out += writebacks * lb
     e.accesses += <uint64_t> (i1 - i0)
+
+
+cdef void replay_one_fast(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
+    """access_lines of one access through replay_first_fast (the first level is ``fast``),
+    not counted in e.accesses."""
+    cdef size_t32 size32 = <size_t32> size
+    cdef flag_t flag = <flag_t> is_write
+    replay_first_fast(e, &addr, &size32, &flag, 0, 1, 1, 0)
+    e.accesses -= 1
 
 
 cdef void flush_all(engine_t *e) noexcept nogil:

@@ -378,6 +378,11 @@ def test_nest_matches_expanded_arrays(nest, first):
     stream.replay_nest(nest)
     assert stream.counters() == arrays.counters()
     assert stream.counters().accesses == nest.n_accesses
+    # and both are the reference model's (a fast first level replays an access of several
+    # lines in replay_first_fast's loop, a one-line access through the nest's own path)
+    reference = ReferenceHierarchy(levels, classify=first.endswith("3c"))
+    reference.replay(a, s, w)
+    assert_same(reference.counters(), stream.counters())
     # the caches are left in the same state: the same trace again counts the same
     arrays.replay(a, s, w)
     stream.replay_nest(nest)

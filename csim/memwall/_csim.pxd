@@ -52,6 +52,8 @@ cdef void line_ref_general(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t
                            bint is_write) noexcept nogil
 cdef void next_line_ref(engine_t *e, int lv, uint64_t line, bint is_write) noexcept nogil
 cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint is_write) noexcept nogil
+cdef void line_ref_through(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
+                           bint is_write) noexcept nogil
 cdef void line_ref(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t nbytes,
                    bint is_write) noexcept nogil
 cdef void access(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil
@@ -66,6 +68,7 @@ cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, co
 cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *size,
                             const flag_t *is_write, index_t i0, index_t i1, index_t n,
                             bint prefetch) noexcept nogil
+cdef void replay_one_fast(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil
 
 # ---- loop nests expanded in place
 cdef void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil
