@@ -107,6 +107,8 @@ cdef extern from *:
 cdef enum:
     PREFETCH_AHEAD = 16                                 # accesses
     PREFETCH_MIN_BYTES = 256 * 1024                     # of a level's ways
+    PREFETCH_ROWS_MIN_BYTES = 1024 * 1024               # of the first level's ways: more than a
+                                                        #   host core's L2 (1-2 MiB today) holds
     PREFETCH_CHUNK = 4096                               # accesses
     PREFETCH_MISS_RATIO = 16                            # prefetch after a chunk whose first-
                                                         #   level misses reached 1/16 of it
@@ -921,6 +923,11 @@ cdef inline void prefetch_bytes(const void *p, uint64_t nbytes) noexcept nogil:
         memwall_prefetch(<const char *> p + off)
 
 
+cdef inline void prefetch_set(level_t *L, addr_t addr) noexcept nogil:
+    """Hint the host to fetch the ways of the set ``addr`` maps to at level L."""
+    prefetch_bytes(L.way + set_of(L, addr >> L.line_shift) * L.ways, L.ways * sizeof(way_t))
+
+
 cdef inline void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil:
     """Hint the host to fetch the sets ``addr`` maps to in the levels marked ``prefetch``."""
     cdef int lv
@@ -1120,9 +1127,18 @@ cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
             ns.memo_line[k] = L.mru_line
             ns.memo_idx[k] = L.mru_idx
         return
+    cdef uint64_t stride = <uint64_t> ns.row_stride[k]
+    cdef uint32_t rows = ns.rows[k]
+    cdef level_t *F = &e.levels[0]
+    cdef bint ahead = F.prefetch_rows and rows > 2 and ns.size[k] <= F.line_bytes  # (a longer row: its first set)
+    if ahead:
+        prefetch_set(F, addr + stride)
+        prefetch_set(F, addr + 2 * stride)
     access(e, addr, ns.size[k], ns.is_write[k])
-    for r in range(1, ns.rows[k]):
-        addr += <uint64_t> ns.row_stride[k]
+    for r in range(1, rows):
+        addr += stride
+        if ahead and r + 2 < rows:
+            prefetch_set(F, addr + 2 * stride)
         access(e, addr, ns.size[k], ns.is_write[k])
 
 
@@ -1276,6 +1292,7 @@ cdef class Engine:
                 if self.e.levels[j].inclusion == INCL_INCLUSIVE:
                     L.inclusive_below = 1
             L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES  # (a stack: as many bytes)
+            L.prefetch_rows = i == 0 and not L.stack and L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES
             L.fast = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
