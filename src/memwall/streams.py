@@ -63,23 +63,26 @@ class LoopNest:
     label: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "counts", tuple(int(c) for c in self.counts))
+        counts = tuple(int(c) for c in self.counts)
+        object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "accesses", tuple(self.accesses))
-        if len(self.counts) > MAX_LOOPS:
-            raise InputError(f"a loop nest has at most {MAX_LOOPS} loops, got {len(self.counts)}")
-        if any(c < 0 for c in self.counts):
-            raise InputError(f"loop counts must be non-negative, got {self.counts}")
-        for a in self.accesses:
-            if a.depth > len(self.counts):
+        n_loops = len(counts)
+        if n_loops > MAX_LOOPS:
+            raise InputError(f"a loop nest has at most {MAX_LOOPS} loops, got {n_loops}")
+        if counts and min(counts) < 0:
+            raise InputError(f"loop counts must be non-negative, got {counts}")
+        for a in self.accesses:  # (a lowering builds tens of thousands of nests: kept lean)
+            depth, size, rows = len(a.strides), a.size, a.rows
+            if depth > n_loops:
                 raise InputError(
-                    f"access at depth {a.depth} in a nest of {len(self.counts)} loops ({self.label or 'unnamed'})"
+                    f"access at depth {depth} in a nest of {n_loops} loops ({self.label or 'unnamed'})"
                 )
-            if a.size <= 0 or a.size >= 1 << 32:
-                raise InputError(f"access size must be in 1 .. 2^32-1 bytes, got {a.size}")
+            if not 0 < size < 1 << 32:
+                raise InputError(f"access size must be in 1 .. 2^32-1 bytes, got {size}")
             if a.base < 0:
                 raise InputError(f"access base must be non-negative, got {a.base}")
-            if a.rows < 1 or a.rows >= 1 << 32:
-                raise InputError(f"access rows must be in 1 .. 2^32-1, got {a.rows}")
+            if not 0 < rows < 1 << 32:
+                raise InputError(f"access rows must be in 1 .. 2^32-1, got {rows}")
             low, high = self._extent(a)
             if low < 0 or high + a.size > ADDRESS_LIMIT:
                 raise InputError(
@@ -121,12 +124,18 @@ class LoopNest:
         """Lines the engine looks up for this nest (first level), analytically: exact when
         strides keep each access's alignment to the line, otherwise a bound."""
         total = 0
+        counts = self.counts
         for a in self.accesses:
-            if all(s % line_bytes == 0 for s in (*a.strides, a.row_stride)) or a.size >= line_bytes * 4:
-                lines = (a.base + a.size - 1) // line_bytes - a.base // line_bytes + 1
+            size = a.size
+            if size >= line_bytes * 4 or (a.row_stride % line_bytes == 0
+                                          and all(s % line_bytes == 0 for s in a.strides)):
+                lines = (a.base + size - 1) // line_bytes - a.base // line_bytes + 1
             else:  # misaligned strides: the count varies from issue to issue; bound it
-                lines = -(-a.size // line_bytes) + 1 if a.size > 1 else 1
-            total += self.times(a) * lines
+                lines = -(-size // line_bytes) + 1 if size > 1 else 1
+            times = a.rows
+            for c in counts[: len(a.strides)]:
+                times *= c
+            total += times * lines
         return total
 
     def sample(self, budget: int, line_bytes: int) -> tuple[LoopNest | None, LoopNest, float]:
