@@ -1129,8 +1129,9 @@ cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
         return
     cdef uint64_t stride = <uint64_t> ns.row_stride[k]
     cdef uint32_t rows = ns.rows[k]
-    cdef level_t *F = &e.levels[0]
-    cdef bint ahead = F.prefetch_rows and rows > 2 and ns.size[k] <= F.line_bytes  # (a longer row: its first set)
+    cdef level_t *F = e.levels  # (NULL with no level)
+    cdef bint ahead = (e.n > 0 and F.prefetch_rows and rows > 2
+                       and ns.size[k] <= F.line_bytes)  # (a longer row: its first set)
     if ahead:
         prefetch_set(F, addr + stride)
         prefetch_set(F, addr + 2 * stride)

@@ -365,12 +365,13 @@ def gemm_nest(m=5, n=6, k=7, elem=4, base_a=0, base_b=1 << 20, base_c=1 << 21):
                        Access(3 << 20, (256, 2), 2, tensor="D"),
                        Access(4 << 20, (8,), 8, is_write=True, after=True, tensor="E"))),
 ])
-@pytest.mark.parametrize("first", ["lru-3c", "lru", "fifo"])
+@pytest.mark.parametrize("first", ["lru-3c", "lru", "fifo", "none"])
 def test_nest_matches_expanded_arrays(nest, first):
     # "lru" and "fifo" first levels are the engine's fast kind (the nest loop's per-access
-    # memo of first-level hits applies); with 3C classification every lookup is general.
+    # memo of first-level hits applies); with 3C classification every lookup is general;
+    # with no level every access goes to memory.
     policy = first.removesuffix("-3c")
-    levels = [lv("L1", 512, 32, 2, policy=policy), lv("L2", 4096, 64, 8, policy="plru")]
+    levels = [] if first == "none" else [lv("L1", 512, 32, 2, policy=policy), lv("L2", 4096, 64, 8, policy="plru")]
     a, s, w = nest.expand()
     arrays = Hierarchy(levels, classify=first.endswith("3c"))
     arrays.replay(a, s, w)
