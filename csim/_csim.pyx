@@ -27,6 +27,11 @@ ENGINE_NAME = "csim 1.0 (Cython, timestamp LRU, MRU fast path)"
 # The enum codes, exported once: memwall.engine translates a LevelSpec's words with these.
 POLICY_CODES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "random": POLICY_RANDOM, "plru": POLICY_PLRU}
 INCLUSION_CODES = {"none": INCL_NONE, "inclusive": INCL_INCLUSIVE, "exclusive": INCL_EXCLUSIVE}
+# The order of Engine.counts_flat: each level's counters_t fields, then memory_t's.
+LEVEL_COUNTS = ("reads", "writes", "read_misses", "write_misses", "compulsory", "capacity", "conflict",
+                "writebacks", "bytes_in", "bytes_out", "back_invalidations")
+MEMORY_COUNTS = ("reads", "writes", "bytes_read", "bytes_written")
+
 # The keys of one level handed to Engine (every one required, no other accepted).
 LEVEL_KEYS = ("name", "size", "line", "ways", "policy", "write_through", "inclusion", "seed", "stack")
 # ("stack": True for the one level of a capacity sweep, the last; its ways are the largest swept)
@@ -1403,40 +1408,116 @@ cdef class Engine:
                     i = i_end
         self._check()
 
-    def replay_nest(self, const int64_t[::1] counts, const uint64_t[::1] base,
-                    const int64_t[:, ::1] strides, const uint32_t[::1] size,
-                    const uint8_t[::1] is_write, const uint32_t[::1] rows,
-                    const int64_t[::1] row_stride, const int64_t[::1] issue,
-                    const int64_t[::1] issue_start, const int64_t[::1] inner,
-                    const int64_t[::1] inner_start):
-        """Replay a loop nest in place; the index arrays come from memwall.engine."""
+    def replay_nest(self, tuple counts, tuple accesses):
+        """Replay a loop nest in place: its ``counts`` (outermost first) and its
+        ``accesses`` (memwall.streams.Access, as LoopNest has checked them: base, strides,
+        size, is_write, after, rows, row_stride). The nest's program, which accesses issue
+        at which depth, before or after the loops inside, is built here in C arrays: a
+        sweep hands the engine tens of thousands of nests, and building it in Python with
+        NumPy arrays cost more than replaying most of them."""
         cdef nest_t ns
-        cdef Py_ssize_t i, n = base.shape[0]
-        cdef uint64_t[::1] cur = np.array(base, dtype=np.uint64)
-        cdef uint64_t[::1] memo_line = np.zeros(n, dtype=np.uint64)
-        cdef uint64_t[::1] memo_idx = np.full(n, NO_MEMO, dtype=np.uint64)
-        cdef int64_t dummy64 = 0
-        cdef uint32_t dummy32 = 0
-        cdef uint8_t dummy8 = 0
-        cdef uint64_t dummyu = 0
-        ns.n_loops = counts.shape[0]
-        ns.counts = &counts[0] if counts.shape[0] else &dummy64
-        ns.size = &size[0] if n else &dummy32
-        ns.is_write = &is_write[0] if n else &dummy8
-        ns.rows = &rows[0] if n else &dummy32
-        ns.row_stride = &row_stride[0] if n else &dummy64
-        ns.strides = &strides[0, 0] if strides.shape[0] else &dummy64
-        ns.stride_cols = strides.shape[1]
-        ns.cur = &cur[0] if n else &dummyu
-        ns.issue = &issue[0] if issue.shape[0] else &dummy64
-        ns.issue_start = &issue_start[0]
-        ns.inner = &inner[0] if inner.shape[0] else &dummy64
-        ns.inner_start = &inner_start[0]
-        ns.memo = self.e.n > 0 and self.e.levels[0].fast
-        ns.memo_line = &memo_line[0] if n else &dummyu
-        ns.memo_idx = &memo_idx[0] if n else &dummyu
-        with nogil:
-            nest_body(&self.e, &ns, 0)
+        cdef Py_ssize_t n = len(accesses), n_loops = len(counts)
+        cdef Py_ssize_t cols = n_loops if n_loops > 0 else 1
+        cdef Py_ssize_t i, d, k, m
+        cdef bint flag
+        # int64 words: counts, strides, row_stride, issue, issue_start, inner, inner_start,
+        # then uint64 words: cur, memo_line, memo_idx; then uint32: size, rows; uint8: is_write,
+        # depth, after
+        cdef Py_ssize_t words = (n_loops + n * cols + n + n + (2 * n_loops + 3) + n * n_loops + (n_loops + 1)
+                                 + 3 * n + 1)
+        cdef int64_t *w64 = <int64_t *> calloc(words, sizeof(int64_t))
+        cdef uint32_t *w32 = <uint32_t *> calloc(2 * n + 1, sizeof(uint32_t))
+        cdef uint8_t *w8 = <uint8_t *> calloc(3 * n + 1, sizeof(uint8_t))
+        cdef int64_t *c_counts
+        cdef int64_t *strides
+        cdef int64_t *row_stride
+        cdef int64_t *issue
+        cdef int64_t *issue_start
+        cdef int64_t *inner
+        cdef int64_t *inner_start
+        cdef uint64_t *cur
+        cdef uint64_t *memo_line
+        cdef uint64_t *memo_idx
+        cdef uint32_t *size
+        cdef uint32_t *rows
+        cdef uint8_t *is_write
+        cdef uint8_t *depth
+        cdef uint8_t *after
+        if w64 == NULL or w32 == NULL or w8 == NULL:
+            free(w64)
+            free(w32)
+            free(w8)
+            raise MemoryError("cannot allocate a loop nest's program")
+        try:
+            c_counts = w64
+            strides = c_counts + n_loops
+            row_stride = strides + n * cols
+            issue = row_stride + n
+            issue_start = issue + n
+            inner = issue_start + (2 * n_loops + 3)
+            inner_start = inner + n * n_loops
+            cur = <uint64_t *> (inner_start + (n_loops + 1))
+            memo_line = cur + n
+            memo_idx = memo_line + n
+            size = w32
+            rows = size + n
+            is_write = w8
+            depth = is_write + n
+            after = depth + n
+            for d in range(n_loops):
+                c_counts[d] = counts[d]
+            for i in range(n):
+                a = accesses[i]
+                st = a.strides
+                depth[i] = len(st)
+                for d in range(depth[i]):
+                    strides[i * cols + d] = st[d]
+                cur[i] = a.base
+                size[i] = a.size
+                is_write[i] = 1 if a.is_write else 0
+                after[i] = 1 if a.after else 0
+                rows[i] = a.rows
+                row_stride[i] = a.row_stride
+                memo_idx[i] = NO_MEMO
+            m = 0
+            issue_start[0] = 0
+            for d in range(n_loops + 1):
+                for flag in (False, True):
+                    for i in range(n):
+                        if depth[i] == d and after[i] == flag:
+                            issue[m] = i
+                            m += 1
+                    issue_start[2 * d + 1 + flag] = m
+            m = 0
+            inner_start[0] = 0
+            for d in range(n_loops):
+                for i in range(n):
+                    if depth[i] > d:
+                        inner[m] = i
+                        m += 1
+                inner_start[d + 1] = m
+            ns.n_loops = <int> n_loops
+            ns.counts = c_counts
+            ns.size = size
+            ns.is_write = is_write
+            ns.rows = rows
+            ns.row_stride = row_stride
+            ns.strides = strides
+            ns.stride_cols = cols
+            ns.cur = cur
+            ns.issue = issue
+            ns.issue_start = issue_start
+            ns.inner = inner
+            ns.inner_start = inner_start
+            ns.memo = self.e.n > 0 and self.e.levels[0].fast
+            ns.memo_line = memo_line
+            ns.memo_idx = memo_idx
+            with nogil:
+                nest_body(&self.e, &ns, 0)
+        finally:
+            free(w64)
+            free(w32)
+            free(w8)
         self._check()
 
     def flush(self):
@@ -1456,6 +1537,21 @@ cdef class Engine:
             row.update(<dict> self.e.levels[i].c)
             levels.append(row)
         return {"levels": levels, "memory": <dict> self.e.mem, "accesses": self.e.accesses}
+
+    def counts_flat(self):
+        """Every counter as one flat tuple, for snapshots taken kernel by kernel: each
+        level's counters_t fields in the order of LEVEL_COUNTS, then memory_t's in the order
+        of MEMORY_COUNTS, then the accesses."""
+        cdef int i
+        cdef counters_t *c
+        out = []
+        for i in range(self.e.n):
+            c = &self.e.levels[i].c
+            out += (c.reads, c.writes, c.read_misses, c.write_misses, c.compulsory, c.capacity, c.conflict,
+                    c.writebacks, c.bytes_in, c.bytes_out, c.back_invalidations)
+        out += (self.e.mem.reads, self.e.mem.writes, self.e.mem.bytes_read, self.e.mem.bytes_written,
+                self.e.accesses)
+        return tuple(out)
 
     def stack_counts(self, int level):
         """A capacity-sweep level's counts, numpy arrays over ways W = 0 .. depth: ``read``,

@@ -572,3 +572,19 @@ def test_write_through_write_hit_then_read_goes_through_the_3c_shadow():
     levels = [lv("L1", 3 * 3 * 16, 16, 3, policy="fifo", write="through-noallocate")]
     rng = np.random.default_rng(10000)
     assert_same(*run_both(levels, *adversarial_trace(rng, 300, 16, 4), classify=True))
+
+
+def test_a_snapshot_attributes_what_ran_since_it_as_counters_do():
+    # Hierarchy.since (flat snapshots, kernel by kernel in a sweep) against the counters'
+    # own difference, every field: 3C on, an inclusive level (back-invalidations), and
+    # write-backs and bytes of every kind in between.
+    rng = np.random.default_rng(41)
+    levels = [lv("L1", 512, 32, 2), lv("L2", 2048, 32, 4, inclusion="inclusive"), lv("L3", 8192, 64, 4)]
+    h = Hierarchy(levels, classify=True)
+    h.replay(*random_trace(rng, 3000, 1 << 15, write_frac=0.4))
+    mark, before = h.snapshot(), h.counters()
+    h.replay(*random_trace(rng, 3000, 1 << 15, write_frac=0.4))
+    got, want = h.since(mark), h.counters() - before
+    assert got == want
+    assert all(getattr(lv, f) > 0 for lv in got.levels[:2] for f in ("compulsory", "capacity", "writebacks"))
+    assert got.levels[0].back_invalidations > 0 and got.memory.bytes_written > 0

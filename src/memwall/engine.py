@@ -177,6 +177,11 @@ class HierarchyCounters:
                    data["accesses"])
 
 
+# Hierarchy.since builds the counters positionally from the engine's flat order.
+assert tuple(f.name for f in fields(LevelCounters)) == ("name", *_csim.LEVEL_COUNTS)
+assert tuple(f.name for f in fields(MemoryCounters)) == _csim.MEMORY_COUNTS
+
+
 def _as_level(item: LevelSpec | Mapping[str, Any]) -> LevelSpec:
     if isinstance(item, LevelSpec):
         return item
@@ -280,7 +285,7 @@ class Hierarchy:
         """Replay a loop nest, expanded inside C without the GIL (no trace memory)."""
         if not isinstance(nest, LoopNest):
             raise InputError(f"replay_nest takes a LoopNest, got {type(nest).__name__}")
-        self._engine.replay_nest(*_nest_program(nest))
+        self._engine.replay_nest(nest.counts, nest.accesses)
 
     def replay_file(self, path: str | Path, format: str | None = None, *, chunk: int = 1 << 18,
                     progress: Any = None) -> None:
@@ -310,6 +315,20 @@ class Hierarchy:
             [LevelCounters(**row) for row in raw["levels"]], MemoryCounters(**raw["memory"]),
             int(raw["accesses"]),
         )
+
+    def snapshot(self) -> tuple[int, ...]:
+        """Every counter now, as a flat tuple: a cheap mark for :meth:`since` (a sweep
+        attributes counts kernel by kernel, tens of thousands of times)."""
+        return self._engine.counts_flat()
+
+    def since(self, mark: tuple[int, ...]) -> HierarchyCounters:
+        """The counters added since :meth:`snapshot` gave ``mark`` (``counters() - then``)."""
+        now = self._engine.counts_flat()
+        diff = [a - b for a, b in zip(now, mark, strict=True)]
+        width = len(_csim.LEVEL_COUNTS)
+        levels = [LevelCounters(lv.name, *diff[i * width:(i + 1) * width]) for i, lv in enumerate(self.levels)]
+        tail = len(levels) * width
+        return HierarchyCounters(levels, MemoryCounters(*diff[tail:tail + 4]), diff[tail + 4])
 
 
 class CapacitySweep(Hierarchy):
@@ -424,32 +443,3 @@ def _engine_level(lv: LevelSpec) -> dict[str, Any]:
         "policy": _csim.POLICY_CODES[lv.policy], "write_through": lv.write == "through-noallocate",
         "inclusion": _csim.INCLUSION_CODES[lv.inclusion], "seed": lv.seed, "stack": False,
     }
-
-
-def _nest_program(nest: LoopNest) -> tuple[np.ndarray, ...]:
-    """The flat arrays ``Engine.replay_nest`` walks: which accesses issue where.
-
-    Built with plain lists: a nest has a handful of accesses and loops, and a sweep hands
-    the engine tens of thousands of nests, where NumPy's per-call cost was most of this."""
-    accesses = nest.accesses
-    n_loops = len(nest.counts)
-    places = [(a.depth, a.after) for a in accesses]
-    issue: list[int] = []
-    issue_start = [0]
-    for d in range(n_loops + 1):
-        for flag in (False, True):
-            issue.extend(i for i, place in enumerate(places) if place == (d, flag))
-            issue_start.append(len(issue))
-    inner: list[int] = []
-    inner_start = [0]
-    for d in range(n_loops):
-        inner.extend(i for i, (depth, _) in enumerate(places) if depth > d)
-        inner_start.append(len(inner))
-    arr = nest.as_arrays()
-    return (
-        arr["counts"], arr["base"], arr["strides"], arr["size"], arr["is_write"], arr["rows"], arr["row_stride"],
-        np.array(issue, dtype=np.int64),
-        np.array(issue_start, dtype=np.int64),
-        np.array(inner, dtype=np.int64),
-        np.array(inner_start, dtype=np.int64),
-    )

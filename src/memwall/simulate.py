@@ -486,18 +486,18 @@ def _footprint(kernel: Kernel) -> int:
 def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
             progress: Callable[[int], Any] | None) -> HierarchyCounters:
     """The counters one kernel run adds, each nest replayed whole or sampled, as planned."""
-    start = hierarchy.counters()
+    start = hierarchy.snapshot()
     if all(warm is None and scale == 1.0 for warm, _, scale in replays):  # nothing sampled: one difference
         for _, counted, _ in replays:
             _run(hierarchy, counted, line, progress)
-        return hierarchy.counters() - start
-    total = start - start
+        return hierarchy.since(start)
+    total = hierarchy.since(start)  # zeros
     for warm, counted, scale in replays:
         if warm is not None:
             _run(hierarchy, warm, line, progress)
-        before = hierarchy.counters()
+        before = hierarchy.snapshot()
         _run(hierarchy, counted, line, progress)
-        delta = hierarchy.counters() - before
+        delta = hierarchy.since(before)
         total = total + (delta.scaled(scale) if scale != 1.0 else delta)
     return total
 
