@@ -1,11 +1,12 @@
-"""How long `memwall inspect` takes for the cases issue 5 names, on one core.
+"""How long `memwall inspect` takes for the cases issues 5 and 16 name, on one core.
 
 Targets: NETtalk per-example on any 1980s profile under a second; a GPT-3 175B step
-(batch 1 sequence) on h100-sxm under 30 seconds. Each case runs in a fresh process
-pinned to one core (where the OS allows), best of --repeat runs, so import time is
-excluded and the figure is what one case costs inside a sweep.
+(batch 1 sequence) on h100-sxm under 30 seconds (issue 5); with ``--presets``, every
+shipped preset at batch 1 on h100-sxm under 15 seconds (issue 16). Each case runs in a
+fresh process pinned to one core (where the OS allows), best of --repeat runs, so import
+time is excluded and the figure is what one case costs inside a sweep.
 
-    python benchmarks/bench_inspect.py [--repeat 3] [--skip-large]
+    python benchmarks/bench_inspect.py [--repeat 3] [--skip-large] [--presets]
 """
 
 from __future__ import annotations
@@ -43,10 +44,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-large", action="store_true", help="leave out GPT-3 175B")
+    parser.add_argument("--presets", action="store_true",
+                        help="instead: every shipped preset at batch 1 on h100-sxm, once each")
     args = parser.parse_args()
+    cases = CASES
+    if args.presets:
+        from memwall.experiments.sweep import network_ids
+
+        cases = [("h100-sxm", net, 1, "minibatch") for net in network_ids()]
+        args.repeat, args.skip_large = 1, False
     pin = ["taskset", "-c", "0"] if sys.platform.startswith("linux") and os.path.exists("/usr/bin/taskset") else []
     print(f"{'machine':<16} {'network':<16} {'batch':>6} {'updates':<12} {'wall s':>8}  bound")
-    for machine, network, batch, updates in CASES:
+    for machine, network, batch, updates in cases:
         if args.skip_large and network == "gpt3-175b":
             continue
         repeat = 1 if network == "gpt3-175b" else args.repeat
