@@ -110,6 +110,7 @@ cdef extern from *:
     void memwall_free_ways(void *p, size_t bytes) nogil
 
 cdef enum:
+    MAX_STREAMS = 8                                     # accesses of an innermost body in locals
     PREFETCH_AHEAD = 16                                 # accesses
     PREFETCH_MIN_BYTES = 256 * 1024                     # of a level's ways
     PREFETCH_ROWS_MIN_BYTES = 1024 * 1024               # of the first level's ways: more than a
@@ -1181,6 +1182,55 @@ cdef uint64_t stream(engine_t *e, uint64_t addr, uint64_t stride, int64_t count,
     return addr
 
 
+cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_t c) noexcept nogil:
+    """The innermost loop d when its body is a few accesses of one row each and no memo
+    applies (the first level is not ``fast``): ``c`` iterations of the body, in order, the
+    addresses in locals; re-touches of the first level's most recent line are counted as
+    access_lines counts them. Leaves each access's cur c strides on, as nest_body's loop
+    does. False, doing nothing, when the body does not qualify."""
+    cdef uint64_t addr[MAX_STREAMS]
+    cdef uint64_t stride[MAX_STREAMS]
+    cdef uint64_t size[MAX_STREAMS]
+    cdef bint wr[MAX_STREAMS]
+    cdef bint mru_ok[MAX_STREAMS]
+    cdef int64_t ids[MAX_STREAMS]
+    cdef int64_t n = b1 - b0, q, it, k
+    cdef level_t *L = &e.levels[0]
+    cdef int shift = L.line_shift
+    cdef uint64_t a, line, reads = 0, writes = 0
+    if n < 1 or n > MAX_STREAMS:
+        return 0
+    for q in range(n):
+        k = ns.issue[b0 + q]
+        if ns.rows[k] != 1:
+            return 0
+        ids[q] = k
+        addr[q] = ns.cur[k]
+        stride[q] = <uint64_t> ns.strides[k * ns.stride_cols + d]
+        size[q] = ns.size[k]
+        wr[q] = ns.is_write[k] != 0
+        mru_ok[q] = not (wr[q] and L.write_through)
+    e.accesses += <uint64_t> (c * n)
+    for it in range(c):
+        for q in range(n):
+            a = addr[q]
+            line = a >> shift
+            if mru_ok[q] and L.mru_valid and line == L.mru_line and ((a + (size[q] - 1)) >> shift) == line:
+                if wr[q]:
+                    writes += 1
+                    L.way[L.mru_idx].sd |= 1
+                else:
+                    reads += 1
+            else:
+                access_lines(e, a, size[q], wr[q])
+            addr[q] = a + stride[q]
+    L.c.reads += reads
+    L.c.writes += writes
+    for q in range(n):
+        ns.cur[ids[q]] = addr[q]
+    return 1
+
+
 cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
     """Issue depth-d 'before' accesses, the iterations of loop d, then depth-d 'after'."""
     cdef int64_t it, j, k, c
@@ -1200,6 +1250,8 @@ cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
                 # (It leaves cur[k] c strides on, as the loop below does.)
                 ns.cur[k] = stream(e, ns.cur[k], <uint64_t> ns.strides[k * ns.stride_cols + d],
                                    c, ns.size[k], ns.is_write[k] != 0)
+            elif not ns.memo and e.n > 0 and streams(e, ns, d, b0, b1, c):
+                pass
             else:
                 for it in range(c):
                     for j in range(b0, b1):

@@ -364,14 +364,21 @@ def gemm_nest(m=5, n=6, k=7, elem=4, base_a=0, base_b=1 << 20, base_c=1 << 21):
                        Access(2 << 20, (64, 128), 16, is_write=True, tensor="C"),
                        Access(3 << 20, (256, 2), 2, tensor="D"),
                        Access(4 << 20, (8,), 8, is_write=True, after=True, tensor="E"))),
+    # read-modify-write: each store re-touches the line its load just made most recent,
+    # clean until the store (the store alone must make it dirty)
+    LoopNest((3, 50), (Access(0, (4096, 8), 8, tensor="x"), Access(0, (4096, 8), 8, is_write=True, tensor="x"))),
 ])
-@pytest.mark.parametrize("first", ["lru-3c", "lru", "fifo", "none"])
+@pytest.mark.parametrize("first", ["lru-3c", "lru", "fifo", "through", "none"])
 def test_nest_matches_expanded_arrays(nest, first):
     # "lru" and "fifo" first levels are the engine's fast kind (the nest loop's per-access
-    # memo of first-level hits applies); with 3C classification every lookup is general;
-    # with no level every access goes to memory.
-    policy = first.removesuffix("-3c")
-    levels = [] if first == "none" else [lv("L1", 512, 32, 2, policy=policy), lv("L2", 4096, 64, 8, policy="plru")]
+    # memo of first-level hits applies); with 3C classification every lookup is general,
+    # and a write-through first level has its own lookup (with either, an innermost body
+    # of one-row accesses runs as streams in locals); with no level every access goes to
+    # memory.
+    policy = first.removesuffix("-3c").replace("through", "lru")
+    write = "through-noallocate" if first == "through" else "back-allocate"
+    levels = [] if first == "none" else [lv("L1", 512, 32, 2, policy=policy, write=write),
+                                         lv("L2", 4096, 64, 8, policy="plru")]
     a, s, w = nest.expand()
     arrays = Hierarchy(levels, classify=first.endswith("3c"))
     arrays.replay(a, s, w)

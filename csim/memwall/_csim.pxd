@@ -75,6 +75,7 @@ cdef void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil
 cdef void issue_range(engine_t *e, nest_t *ns, int64_t a, int64_t b) noexcept nogil
 cdef uint64_t stream(engine_t *e, uint64_t addr, uint64_t stride, int64_t count, uint64_t size,
                      bint is_write) noexcept nogil   # returns the address after the last
+cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_t c) noexcept nogil
 cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil
 
 cdef int log2_exact(uint64_t x) noexcept nogil
