@@ -1183,9 +1183,10 @@ cdef uint64_t stream(engine_t *e, uint64_t addr, uint64_t stride, int64_t count,
 
 
 cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_t c) noexcept nogil:
-    """The innermost loop d when its body is a few accesses of one row each and no memo
-    applies (the first level is not ``fast``): ``c`` iterations of the body, in order, the
-    addresses in locals; re-touches of the first level's most recent line are counted as
+    """The innermost loop d when its body is a few accesses of one row each: ``c``
+    iterations of the body, in order, the addresses in locals, not a call of issue_one
+    per access. At a fast first level each access keeps its memo as issue_one keeps it;
+    at any other, re-touches of the first level's most recent line are counted as
     access_lines counts them. Leaves each access's cur c strides on, as nest_body's loop
     does. False, doing nothing, when the body does not qualify."""
     cdef uint64_t addr[MAX_STREAMS]
@@ -1210,6 +1211,20 @@ cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_
         size[q] = ns.size[k]
         wr[q] = ns.is_write[k] != 0
         mru_ok[q] = not (wr[q] and L.write_through)
+    if ns.memo:  # the fast first level: each access's memo of its last line, as issue_one
+        for it in range(c):
+            for q in range(n):
+                a = addr[q]
+                k = ids[q]
+                if not memo_hit(e, ns, k, a):
+                    access(e, a, size[q], wr[q])
+                    if L.mru_valid and L.mru_line == a >> shift:
+                        ns.memo_line[k] = L.mru_line
+                        ns.memo_idx[k] = L.mru_idx
+                addr[q] = a + stride[q]
+        for q in range(n):
+            ns.cur[ids[q]] = addr[q]
+        return 1
     e.accesses += <uint64_t> (c * n)
     for it in range(c):
         for q in range(n):
@@ -1250,7 +1265,7 @@ cdef void nest_body(engine_t *e, nest_t *ns, int d) noexcept nogil:
                 # (It leaves cur[k] c strides on, as the loop below does.)
                 ns.cur[k] = stream(e, ns.cur[k], <uint64_t> ns.strides[k * ns.stride_cols + d],
                                    c, ns.size[k], ns.is_write[k] != 0)
-            elif not ns.memo and e.n > 0 and streams(e, ns, d, b0, b1, c):
+            elif e.n > 0 and streams(e, ns, d, b0, b1, c):
                 pass
             else:
                 for it in range(c):
