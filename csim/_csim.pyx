@@ -1516,21 +1516,25 @@ cdef class Engine:
             free(w8)
             raise MemoryError("cannot allocate a loop nest's program")
         try:
-            c_counts = w64
-            strides = c_counts + n_loops
-            row_stride = strides + n * cols
-            issue = row_stride + n
-            issue_start = issue + n
-            inner = issue_start + (2 * n_loops + 3)
-            inner_start = inner + n * n_loops
-            cur = <uint64_t *> (inner_start + (n_loops + 1))
-            memo_line = cur + n
-            memo_idx = memo_line + n
-            size = w32
-            rows = size + n
-            is_write = w8
+            # the arrays, laid out in the three blocks and handed to the walk as they are
+            ns.counts = c_counts = w64
+            ns.strides = strides = c_counts + n_loops
+            ns.row_stride = row_stride = strides + n * cols
+            ns.issue = issue = row_stride + n
+            ns.issue_start = issue_start = issue + n
+            ns.inner = inner = issue_start + (2 * n_loops + 3)
+            ns.inner_start = inner_start = inner + n * n_loops
+            ns.cur = cur = <uint64_t *> (inner_start + (n_loops + 1))
+            ns.memo_line = memo_line = cur + n
+            ns.memo_idx = memo_idx = memo_line + n
+            ns.size = size = w32
+            ns.rows = rows = size + n
+            ns.is_write = is_write = w8
             depth = is_write + n
             after = depth + n
+            ns.n_loops = <int> n_loops
+            ns.stride_cols = cols
+            ns.memo = self.e.n > 0 and self.e.levels[0].fast
             for d in range(n_loops):
                 c_counts[d] = counts[d]
             for i in range(n):
@@ -1563,22 +1567,6 @@ cdef class Engine:
                         inner[m] = i
                         m += 1
                 inner_start[d + 1] = m
-            ns.n_loops = <int> n_loops
-            ns.counts = c_counts
-            ns.size = size
-            ns.is_write = is_write
-            ns.rows = rows
-            ns.row_stride = row_stride
-            ns.strides = strides
-            ns.stride_cols = cols
-            ns.cur = cur
-            ns.issue = issue
-            ns.issue_start = issue_start
-            ns.inner = inner
-            ns.inner_start = inner_start
-            ns.memo = self.e.n > 0 and self.e.levels[0].fast
-            ns.memo_line = memo_line
-            ns.memo_idx = memo_idx
             with nogil:
                 nest_body(&self.e, &ns, 0)
         finally:
