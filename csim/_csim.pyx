@@ -307,15 +307,6 @@ cdef inline int64_t find_way(level_t *L, uint64_t base, uint64_t line) noexcept 
     return -1
 
 
-cdef inline int64_t find_in(const way_t *w, uint64_t nways, uint64_t line) noexcept nogil:
-    """The way of a set that holds ``line``, or -1 (find_way over a set's own ways)."""
-    cdef uint64_t k
-    for k in range(nways):
-        if w[k].tag == line and w[k].sd != 0:
-            return <int64_t> k
-    return -1
-
-
 cdef inline uint64_t oldest_way(const way_t *w, uint64_t nways) noexcept nogil:
     """The way with the smallest stamp, the first of equals: the first invalid way (stamp
     0) if there is one, else the LRU or FIFO way.
@@ -349,9 +340,9 @@ cdef inline uint64_t oldest_way(const way_t *w, uint64_t nways) noexcept nogil:
 
 
 cdef inline int64_t find_or_oldest(const way_t *w, uint64_t nways, uint64_t line, uint64_t *oldest) noexcept nogil:
-    """find_in, and when the line is absent oldest_way into ``oldest``, in one pass over
-    the set: a lookup that misses reads each way once, not once to find and again to
-    choose the victim. The stamps are ranked as oldest_way ranks them (two chains of
+    """The way of a set that holds ``line`` (find_way over a set's own ways), or -1 with
+    oldest_way's choice in ``oldest``, in one pass over the set: a lookup that misses
+    reads each way once, not once to find and again to choose the victim. The stamps are ranked as oldest_way ranks them (two chains of
     conditional moves, the first of equals)."""
     cdef uint64_t k, sd0, sd1, best0 = 0, best1 = 1
     cdef uint64_t old0 = 0xFFFFFFFFFFFFFFFFULL, old1 = 0xFFFFFFFFFFFFFFFFULL
@@ -1155,23 +1146,31 @@ cdef inline void issue_range(engine_t *e, nest_t *ns, int64_t a, int64_t b) noex
         issue_one(e, ns, ns.issue[j])
 
 
+cdef inline bint mru_retouch(level_t *L, uint64_t addr, uint64_t size, bint mru_ok, bint is_write) noexcept nogil:
+    """An access that only re-touches the first level's most recent line: its dirty bit
+    set (a write), nothing else changed; the caller counts it (as access_lines counts it).
+    ``mru_ok``: not a write at a write-through level (that one must go through)."""
+    cdef uint64_t line = addr >> L.line_shift
+    if mru_ok and L.mru_valid and line == L.mru_line and ((addr + (size - 1)) >> L.line_shift) == line:
+        if is_write:
+            L.way[L.mru_idx].sd |= 1
+        return 1
+    return 0
+
+
 cdef uint64_t stream(engine_t *e, uint64_t addr, uint64_t stride, int64_t count, uint64_t size,
                      bint is_write) noexcept nogil:
     """``count`` demand accesses of ``size`` bytes, ``stride`` apart from ``addr`` (e.n > 0);
     returns the address after the last. Re-touches of the first level's most recent line
     are counted here in a register (as access_lines counts them)."""
     cdef level_t *L = &e.levels[0]
-    cdef int shift = L.line_shift
     cdef bint mru_ok = not (is_write and L.write_through)
-    cdef uint64_t line, nmru = 0
+    cdef uint64_t nmru = 0
     cdef int64_t it
     e.accesses += <uint64_t> count
     for it in range(count):
-        line = addr >> shift
-        if mru_ok and L.mru_valid and line == L.mru_line and ((addr + (size - 1)) >> shift) == line:
+        if mru_retouch(L, addr, size, mru_ok, is_write):
             nmru += 1
-            if is_write:
-                L.way[L.mru_idx].sd |= 1
         else:
             access_lines(e, addr, size, is_write)
         addr += stride
@@ -1198,7 +1197,7 @@ cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_
     cdef int64_t n = b1 - b0, q, it, k
     cdef level_t *L = &e.levels[0]
     cdef int shift = L.line_shift
-    cdef uint64_t a, line, reads = 0, writes = 0
+    cdef uint64_t a, reads = 0, writes = 0
     if n < 1 or n > MAX_STREAMS:
         return 0
     for q in range(n):
@@ -1229,11 +1228,9 @@ cdef bint streams(engine_t *e, nest_t *ns, int d, int64_t b0, int64_t b1, int64_
     for it in range(c):
         for q in range(n):
             a = addr[q]
-            line = a >> shift
-            if mru_ok[q] and L.mru_valid and line == L.mru_line and ((a + (size[q] - 1)) >> shift) == line:
+            if mru_retouch(L, a, size[q], mru_ok[q], wr[q]):
                 if wr[q]:
                     writes += 1
-                    L.way[L.mru_idx].sd |= 1
                 else:
                     reads += 1
             else:

@@ -103,30 +103,10 @@ SERVING_OPTIONS = ("context", "weights", "kv_dtype", "weight_group", "weight_zer
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "ep": 1, "zero": 0}
 
 
-def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
-    """Reads, writes, bytes and innermost iterations the core issues, from the streams alone."""
-    reads = writes = nbytes = inner = 0
-    for nest in lowered.nests:
-        for access in nest.accesses:
-            times = nest.times(access)
-            nbytes += times * access.size
-            if access.is_write:
-                writes += times
-            else:
-                reads += times
-        iterations = 1
-        for count in nest.counts:
-            iterations *= count
-        inner += iterations if nest.counts else 0
-    return reads, writes, nbytes, inner
-
-
-def uncached_counters(lowered: Lowered) -> HierarchyCounters:
-    """What the engine counts for one run of a kernel on a machine with no cache levels,
-    from the streams alone: each demand access is one reference to main memory of its
-    own size (ENGINE_SEMANTICS, main memory), so nothing needs replaying and the counts
-    are exact at any size, where a replay of a large step would be sampled."""
-    reads = writes = bytes_read = bytes_written = 0
+def _demand_by_kind(lowered: Lowered) -> tuple[int, int, int, int, int]:
+    """Reads, writes, bytes read, bytes written and innermost iterations the core issues,
+    from the streams alone."""
+    reads = writes = bytes_read = bytes_written = inner = 0
     for nest in lowered.nests:
         for access in nest.accesses:
             times = nest.times(access)
@@ -136,6 +116,25 @@ def uncached_counters(lowered: Lowered) -> HierarchyCounters:
             else:
                 reads += times
                 bytes_read += times * access.size
+        iterations = 1
+        for count in nest.counts:
+            iterations *= count
+        inner += iterations if nest.counts else 0
+    return reads, writes, bytes_read, bytes_written, inner
+
+
+def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
+    """Reads, writes, bytes and innermost iterations the core issues, from the streams alone."""
+    reads, writes, bytes_read, bytes_written, inner = _demand_by_kind(lowered)
+    return reads, writes, bytes_read + bytes_written, inner
+
+
+def uncached_counters(lowered: Lowered) -> HierarchyCounters:
+    """What the engine counts for one run of a kernel on a machine with no cache levels,
+    from the streams alone: each demand access is one reference to main memory of its
+    own size (ENGINE_SEMANTICS, main memory), so nothing needs replaying and the counts
+    are exact at any size, where a replay of a large step would be sampled."""
+    reads, writes, bytes_read, bytes_written, _ = _demand_by_kind(lowered)
     return HierarchyCounters([], MemoryCounters(reads, writes, bytes_read, bytes_written), reads + writes)
 
 

@@ -124,7 +124,6 @@ class LoopNest:
         """Lines the engine looks up for this nest (first level), analytically: exact when
         strides keep each access's alignment to the line, otherwise a bound."""
         total = 0
-        counts = self.counts
         for a in self.accesses:
             size = a.size
             if size >= line_bytes * 4 or (a.row_stride % line_bytes == 0
@@ -132,10 +131,7 @@ class LoopNest:
                 lines = (a.base + size - 1) // line_bytes - a.base // line_bytes + 1
             else:  # misaligned strides: the count varies from issue to issue; bound it
                 lines = -(-size // line_bytes) + 1 if size > 1 else 1
-            times = a.rows
-            for c in counts[: len(a.strides)]:
-                times *= c
-            total += times * lines
+            total += self.times(a) * lines
         return total
 
     def sample(self, budget: int, line_bytes: int) -> tuple[LoopNest | None, LoopNest, float]:
@@ -191,23 +187,6 @@ class LoopNest:
         for a in self.accesses:
             out[a.tensor] = out.get(a.tensor, 0) + self.times(a) * a.size
         return out
-
-    def as_arrays(self) -> dict[str, np.ndarray]:
-        """The nest as the engine's flat arrays (strides padded with zeros)."""
-        n_loops = len(self.counts)
-        n = len(self.accesses)
-        strides = np.zeros((n, max(n_loops, 1)), dtype=np.int64)
-        for i, a in enumerate(self.accesses):
-            strides[i, : a.depth] = a.strides
-        return {
-            "counts": np.array(self.counts, dtype=np.int64),
-            "base": np.array([a.base for a in self.accesses], dtype=np.uint64),
-            "strides": strides,
-            "size": np.array([a.size for a in self.accesses], dtype=np.uint32),
-            "is_write": np.array([a.is_write for a in self.accesses], dtype=np.uint8),
-            "rows": np.array([a.rows for a in self.accesses], dtype=np.uint32),
-            "row_stride": np.array([a.row_stride for a in self.accesses], dtype=np.int64),
-        }
 
     def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The explicit accesses, in order: ``(addr uint64, size uint32, is_write uint8)``."""
