@@ -595,3 +595,25 @@ def test_a_snapshot_attributes_what_ran_since_it_as_counters_do():
     assert got == want
     assert all(getattr(lv, f) > 0 for lv in got.levels[:2] for f in ("compulsory", "capacity", "writebacks"))
     assert got.levels[0].back_invalidations > 0 and got.memory.bytes_written > 0
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: LoopNest((float("nan"),), (Access(0, (8,), 8),)), "loop count must be a whole number"),
+    (lambda: LoopNest((float("inf"),), (Access(0, (8,), 8),)), "loop count must be a whole number"),
+    (lambda: LoopNest((2.5,), (Access(0, (8,), 8),)), "loop count must be a whole number"),
+    (lambda: LoopNest((-1,), (Access(0, (8,), 8),)), "non-negative"),
+    (lambda: LoopNest((1 << 70,), (Access(0, (0,), 8),)), r"below 2\^63"),
+    (lambda: LoopNest((2,), (Access(0, (8,), float("nan")),)), "size must be a whole number"),
+    (lambda: LoopNest((2,), (Access(0, (8,), 0),)), "size must be in 1"),
+    (lambda: LoopNest((2,), (Access(0, (8.5,), 8),)), "stride must be a whole number"),
+    (lambda: LoopNest((1,), (Access(0, (1 << 70,), 8, tensor="W"),)), "strides of W must be within"),
+    (lambda: LoopNest((2,), (Access(0, (8,), 8, row_stride=-(1 << 70)),)), "must be within"),
+    (lambda: LoopNest((2,), (Access(float("inf"), (8,), 8),)), "base must be a whole number"),
+    (lambda: LoopNest((2,), (Access(0, (8,), 8, rows=True),)), "rows must be a whole number"),
+])
+def test_a_loop_nest_refuses_numbers_the_engine_cannot_take(make, words):
+    # A nest's numbers reach the engine as 64-bit words: a float would be truncated, NaN,
+    # infinity or a number past 2^63 would fail inside it. Each is refused when the nest
+    # is made, naming what is wrong.
+    with pytest.raises(InputError, match=words):
+        make()

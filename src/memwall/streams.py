@@ -25,6 +25,7 @@ with C's load 'before' at depth 2, A and B at depth 3, and C's store 'after' at 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -34,6 +35,19 @@ from .errors import InputError
 
 ADDRESS_LIMIT = 1 << 64
 MAX_LOOPS = 16
+INT64_LIMIT = 1 << 63  # loop counts and strides go to the engine as signed 64-bit words
+
+
+def _whole(value: object, what: str) -> int:
+    """``value`` as an int (a Python or NumPy integer), or an InputError naming ``what``:
+    a nest's numbers are counts, bytes and byte strides, and a float, NaN or infinity
+    there would be truncated silently or fail deep in the engine."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise InputError(f"{what} must be a whole number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,7 @@ class LoopNest:
     label: str = ""
 
     def __post_init__(self) -> None:
-        counts = tuple(int(c) for c in self.counts)
+        counts = tuple(c if type(c) is int else _whole(c, "a loop count") for c in self.counts)
         object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "accesses", tuple(self.accesses))
         n_loops = len(counts)
@@ -71,7 +85,15 @@ class LoopNest:
             raise InputError(f"a loop nest has at most {MAX_LOOPS} loops, got {n_loops}")
         if counts and min(counts) < 0:
             raise InputError(f"loop counts must be non-negative, got {counts}")
+        if counts and max(counts) >= INT64_LIMIT:
+            raise InputError(f"loop counts must be below 2^63, got {counts}")
         for a in self.accesses:  # (a lowering builds tens of thousands of nests: kept lean)
+            if not (type(a.base) is int and type(a.size) is int and type(a.rows) is int
+                    and type(a.row_stride) is int and all(type(s) is int for s in a.strides)):
+                for value, what in ((a.base, "an access's base"), (a.size, "an access's size"),
+                                    (a.rows, "an access's rows"), (a.row_stride, "an access's row_stride"),
+                                    *((s, "an access's stride") for s in a.strides)):
+                    _whole(value, what)
             depth, size, rows = len(a.strides), a.size, a.rows
             if depth > n_loops:
                 raise InputError(
@@ -93,6 +115,10 @@ class LoopNest:
     def _extent(self, a: Access) -> tuple[int, int]:
         low = high = a.base
         counts = self.counts
+        for stride in (*a.strides, a.row_stride):
+            if not -INT64_LIMIT <= stride < INT64_LIMIT:
+                name = f" of {a.tensor}" if a.tensor else ""
+                raise InputError(f"an access's strides{name} must be within +-2^63 bytes, got {stride}")
         for i, stride in enumerate(a.strides):
             count = counts[i]
             if count == 0:
