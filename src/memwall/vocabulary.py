@@ -32,6 +32,9 @@ FUSIONS: tuple[str, ...] = ("none", "epilogue", "full")
 # one fused kernel that keeps them on chip and recomputes them (FlashAttention).
 ATTENTIONS: tuple[str, ...] = ("materialized", "flash")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+# Every arithmetic type a case may name (a single GEMM any of them; a network's step checks
+# its phase's own set: TRAINING_DTYPES, INFERENCE_DTYPES).
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 # Storage widths in bits, for the types narrower than a byte (int4 packs two a byte).
 DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int4": 4}
 # Compute dtypes of inference (forward, decode, prefill): the training ones and 8-bit.

@@ -1,0 +1,356 @@
+"""The case options, declared once.
+
+Owns: :data:`OPTIONS`, every option a case takes besides its machine and its workload
+(a network or a single GEMM): its type, choices, default and doc (a
+:class:`memwall.schema.Field`, as the data files declare theirs), the stage that reads it
+(``step``: the step builder; ``devices``: how the step is split over devices;
+``timing``: the timing alone), and where it applies (which workload, which phases).
+Everything else follows from the declaration:
+
+- :class:`Case`, whose fields are the identity and the options in declared order;
+- the keys of a case (:meth:`Case.given`, :meth:`Case.key`): an option at its default is
+  never given, and an option read only by the timing never shapes a replay;
+- the refusal of an option that does not apply (:func:`refuse_inapplicable`), with one
+  line naming it;
+- the command line (:func:`add_case_arguments`: one value for ``inspect`` and ``step``,
+  comma lists for ``sweep``) and the measurement files' keys (:data:`OPTION_FIELDS`).
+
+A new option is one entry here plus the stage that reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any
+
+from .errors import InputError
+from .schema import Field
+from .workloads.parallel import Parallel
+from .vocabulary import (
+    ATTENTIONS,
+    CHECKPOINT_SYNTAX,
+    DISPATCH_MODES,
+    DTYPES,
+    FUSIONS,
+    KV_DTYPES,
+    MAX_WEIGHT_GROUP,
+    OPTIMIZERS,
+    PHASES,
+    SERVING_PHASES,
+    TRAINING_DTYPES,
+    UPDATES,
+    WEIGHT_DTYPES,
+    WEIGHT_ZEROS,
+    parse_checkpoint,
+)
+
+# The stages that read an option.
+STEP = "step"  # the step builder: the kernels, their tensors and the ledger
+DEVICES = "devices"  # the split of the step over devices (each device's share is a step too)
+TIMING = "timing"  # the timing model alone: the engine never sees it
+STAGES = (STEP, DEVICES, TIMING)
+
+NETWORK = "network"
+GEMM = "gemm"
+WORKLOADS = (NETWORK, GEMM)
+
+TRAIN_ONLY = ("train",)
+NOT_SERVING = tuple(p for p in PHASES if p not in SERVING_PHASES)
+INFERENCE = tuple(p for p in PHASES if p != "train")
+
+
+def _checkpoint(value: Any, context: dict[str, Any]) -> str:
+    return parse_checkpoint(value).text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One case option: its declaration (``field``: key, type, choices, bounds, doc), the
+    stage that reads it, the workloads and phases it applies to, and its command-line help."""
+
+    field: Field
+    stage: str
+    python_type: type  # int or str: what a value is once read
+    workloads: tuple[str, ...] = (NETWORK,)
+    phases: tuple[str, ...] = PHASES
+    help: str = ""  # the command line's help, when it says more than the field's doc
+    metavar: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.field.key
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def default(self) -> Any:
+        return self.field.default
+
+    def applies(self, workload: str, phase: str) -> bool:
+        return workload in self.workloads and (workload == GEMM or phase in self.phases)
+
+    def why_not(self, workload: str, phase: str) -> str:
+        """Why the option does not apply (one clause), for :func:`refuse_inapplicable`."""
+        if workload not in self.workloads:
+            return f"does not apply to a single GEMM (it {'picks' if self.name == 'phase' else 'shapes'} a network's step)"
+        return f"does not apply to phase {phase} (only to {', '.join(self.phases)})"
+
+    def parse(self, value: Any, where: str | None = None) -> Any:
+        """``value`` (text from the command line, or a value from a file or the API) checked
+        and converted as the declaration says; an InputError naming the option otherwise."""
+        name = where or self.name
+        f = self.field
+        if self.python_type is int:
+            number = _whole(value)
+            if number is None:
+                raise InputError(f"must be a whole number, got {value!r}", field=name)
+            low = f.minimum if f.minimum is not None else None
+            if (low is not None and number < low) or (f.maximum is not None and number > f.maximum):
+                span = f">= {low:g}" if f.maximum is None else f"from {low:g} to {f.maximum:g}"
+                raise InputError(f"must be a whole number {span}, got {value!r}", field=name)
+            return number
+        if not isinstance(value, str):
+            raise InputError(f"must be text, got {value!r}", field=name)
+        if f.choices and value not in f.choices:
+            raise InputError(f"must be one of {', '.join(f.choices)}, got {value!r}", field=name)
+        return f.parse(value, {}) if f.parse is not None else value
+
+
+def _whole(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _option(key: str, kind: type, doc: str, stage: str, *, default: Any = None, choices: Sequence[str] = (),
+            minimum: float | None = None, maximum: float | None = None, workloads: tuple[str, ...] = (NETWORK,),
+            phases: tuple[str, ...] = PHASES, help: str = "", metavar: str = "", default_doc: str = "",
+            unit: str = "", parse: Any = None) -> Option:
+    schema_type = "int" if kind is int else ("word" if choices else "str")
+    return Option(Field(key, schema_type, doc, default=default, choices=tuple(choices), minimum=minimum,
+                        maximum=maximum, default_doc=default_doc, unit=unit, parse=parse),
+                  stage, kind, workloads, phases, help, metavar)
+
+
+OPTIONS: tuple[Option, ...] = (
+    _option("batch", int, "examples (sequences for sequence models) per step; 1 for per-example updates", STEP,
+            default=1, minimum=1, metavar="B"),
+    _option("checkpoint", str, "activation checkpointing", STEP, default="none", phases=TRAIN_ONLY,
+            parse=_checkpoint, unit=f"`{CHECKPOINT_SYNTAX}`", metavar="MODE",
+            help=f"activation checkpointing: {CHECKPOINT_SYNTAX} (default none)"),
+    _option("updates", str, "how often the weights change: per-example (1986-style online SGD, one update per "
+            "example) or minibatch", STEP, default="minibatch", choices=UPDATES, phases=NOT_SERVING),
+    _option("phase", str, "what a step runs: train, forward (inference), decode (one token a sequence against a "
+            "KV cache of 'context' tokens) or prefill (a prompt of 'context' tokens that fills the cache)", STEP,
+            default="train", choices=PHASES),
+    _option("optimizer", str, "the optimizer's update", STEP, default="sgd", choices=OPTIMIZERS, phases=TRAIN_ONLY),
+    _option("dtype", str, f"the arithmetic type: training {', '.join(TRAINING_DTYPES)}; inference also fp8, "
+            "int8; a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
+            default_doc="the network's own; fp32 for a GEMM"),
+    _option("seq_len", int, "tokens per sequence, for sequence models", STEP, minimum=1, phases=NOT_SERVING,
+            default_doc="the preset's", metavar="N"),
+    _option("dispatch", str, "how kernels are issued: eager (kernel by kernel), graph (a captured graph "
+            "replayed) or compiled (one program per step)", TIMING, choices=DISPATCH_MODES,
+            workloads=(NETWORK, GEMM), default_doc="the machine profile's own"),
+    _option("accumulate", int, "micro-batches of 'batch' per optimizer step (gradient accumulation)", STEP,
+            default=1, minimum=1, phases=TRAIN_ONLY, metavar="K"),
+    _option("fusion", str, "kernel fusion: none, epilogue (bias and activation in the product), full (also "
+            "dropout + residual + norm, and a multi-tensor optimizer)", STEP, default="none", choices=FUSIONS),
+    _option("grad_dtype", str, "the gradients' type", STEP, choices=TRAINING_DTYPES, phases=TRAIN_ONLY,
+            default_doc="fp32 main gradients when a 16-bit step accumulates, else the step's dtype"),
+    _option("context", int, "decode, prefill: tokens in each sequence's KV cache (decode) or the prompt (prefill)",
+            STEP, minimum=0, phases=SERVING_PHASES, metavar="S"),
+    _option("weights", str, "weight-only quantization: the block matrices stored narrow, dequantized in the "
+            "product", STEP, choices=WEIGHT_DTYPES, phases=INFERENCE),
+    _option("kv_dtype", str, "the KV cache's type", STEP, choices=KV_DTYPES, phases=SERVING_PHASES,
+            default_doc="dtype"),
+    _option("weight_group", int, "int4 weights: weights that share one fp16 scale (GPTQ and AWQ use 32-128)", STEP,
+            minimum=1, maximum=MAX_WEIGHT_GROUP, phases=INFERENCE, default_doc="128", metavar="N"),
+    _option("weight_zero", str, "int4 weights: the type of each group's zero point, stored beside its scale "
+            "(AWQ and GPTQ pack int4 zeros, gpt-fast keeps bf16)", STEP, choices=tuple(WEIGHT_ZEROS),
+            phases=INFERENCE, default_doc="none (symmetric groups)"),
+    _option("dp", int, "data-parallel replicas; 'batch' stays one replica's micro-batch", DEVICES, default=1,
+            minimum=1, metavar="N"),
+    _option("tp", int, "tensor-parallel devices per replica, Megatron-style column/row products", DEVICES,
+            default=1, minimum=1, metavar="N"),
+    _option("pp", int, "pipeline stages, 1F1B over 'accumulate' micro-batches", DEVICES, default=1, minimum=1,
+            metavar="N"),
+    _option("ep", int, "expert-parallel group, drawn from the dp replicas", DEVICES, default=1, minimum=1,
+            metavar="N"),
+    _option("zero", int, "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also weights", DEVICES,
+            default=0, minimum=0, maximum=3, phases=TRAIN_ONLY, metavar="N"),
+    _option("attention", str, "attention kernels: materialized (the scores in memory, kept for the backward) or "
+            "flash (one fused kernel, scores recomputed)", STEP, choices=ATTENTIONS,
+            default_doc="the network's own"),
+)
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+# The options' declarations, as the measurement files and the docs read them.
+OPTION_FIELDS: tuple[Field, ...] = tuple(o.field for o in OPTIONS)
+
+
+def names(*stages: str) -> tuple[str, ...]:
+    """The options read by ``stages`` (all of them when none is named), in declared order."""
+    return tuple(o.name for o in OPTIONS if not stages or o.stage in stages)
+
+
+def workload_of(network: Any, gemm: Any) -> str:
+    return GEMM if gemm is not None else NETWORK
+
+
+def inapplicable(given: Mapping[str, Any], workload: str) -> list[tuple[str, str]]:
+    """The ``given`` options that do not apply to a case of ``workload`` (at the phase given,
+    else the default phase), each with the clause that says why."""
+    phase = given.get("phase", BY_NAME["phase"].default)
+    return [(k, BY_NAME[k].why_not(workload, phase))
+            for k in given if k in BY_NAME and not BY_NAME[k].applies(workload, phase)]
+
+
+def refuse_inapplicable(given: Mapping[str, Any], workload: str) -> None:
+    """An InputError naming the first given option that does not apply, if any."""
+    for name, why in inapplicable(given, workload)[:1]:
+        raise InputError(f"{BY_NAME[name].flag} {why}", field=name)
+
+
+# --------------------------------------------------------------------------------------
+# The case
+
+
+class _CaseMethods:
+    """What every :class:`Case` does; its fields come from :data:`OPTIONS`."""
+
+    machine: str
+    network: str | None
+    gemm: tuple[int, int, int] | None
+
+    def __post_init__(self) -> None:
+        self.parallel  # noqa: B018 - refuses bad device counts before any work
+
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(*(getattr(self, k) for k in names(DEVICES)))
+
+    @property
+    def workload(self) -> str:
+        return workload_of(self.network, self.gemm)
+
+    def given(self) -> dict[str, Any]:
+        """The options not at their default, in declared order: what a person said."""
+        return {o.name: getattr(self, o.name) for o in OPTIONS if getattr(self, o.name) != o.default}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The machine, the workload and the given options: the case's identity in stored records."""
+        out: dict[str, Any] = {"machine": self.machine, "network": self.network,
+                               "gemm": list(self.gemm) if self.gemm is not None else None}
+        return {**out, **self.given()}
+
+    def key(self, *stages: str) -> dict[str, Any]:
+        """The workload and the given options read by ``stages``: what a step or a replay depends on."""
+        keep = set(names(*stages))
+        return {"network": self.network, "gemm": list(self.gemm) if self.gemm is not None else None,
+                **{k: v for k, v in self.given().items() if k in keep}}
+
+    def inapplicable(self) -> list[tuple[str, str]]:
+        return inapplicable(self.given(), self.workload)
+
+
+Case = make_dataclass(
+    "Case",
+    [("machine", str), ("network", "str | None", field(default=None)),
+     *[(o.name, f"{o.python_type.__name__}" + ("" if o.default is not None else " | None"),
+        field(default=o.default)) for o in OPTIONS],
+     ("gemm", "tuple[int, int, int] | None", field(default=None))],
+    bases=(_CaseMethods,),
+    frozen=True,
+)
+Case.__module__ = __name__  # so it pickles for worker processes (make_dataclass's module= is 3.12+)
+Case.__doc__ = ("What to simulate: a machine (profile id or file), exactly one of a network (preset id or "
+                "file) and a GEMM (M, N, K), and the options of :data:`OPTIONS` (each at its default "
+                "unless given).")
+
+
+def make_case(machine: str, network: str | None = None, gemm: Sequence[int] | None = None, *,
+              refuse: bool = True, **options: Any) -> Any:
+    """A :class:`Case` from option values as a person gives them (text or numbers), each
+    checked by its declaration; ``refuse``: an option that does not apply is an InputError."""
+    unknown = [k for k in options if k not in BY_NAME]
+    if unknown:
+        raise InputError(f"unknown option {unknown[0]!r} (options: {', '.join(BY_NAME)})", field=unknown[0])
+    if (network is None) == (gemm is None):
+        raise InputError("a case names exactly one of a network and a GEMM", field="network")
+    values = {k: BY_NAME[k].parse(v) for k, v in options.items() if v is not None}
+    if refuse:
+        refuse_inapplicable(values, workload_of(network, gemm))
+    return Case(machine=machine, network=network, gemm=tuple(gemm) if gemm is not None else None, **values)
+
+
+# --------------------------------------------------------------------------------------
+# The command line
+
+
+def _one(option: Option) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(e.reason) from None
+    convert.__name__ = option.name  # argparse names the type in its message
+    return convert
+
+
+def _help(option: Option, lists: bool) -> str:
+    text = option.help or option.field.doc
+    if option.field.choices and not option.help:
+        text = f"{text} ({' | '.join(option.field.choices)})"
+    default = option.field.default_doc or (str(option.default) if option.default is not None else "")
+    if default:
+        text += f"; default {default}"
+    if lists:
+        text += "; a comma list runs every case once for each"
+    return text.replace("%", "%%")
+
+
+def add_case_arguments(parser: argparse.ArgumentParser | Any, *, lists: bool = False,
+                       stages: Iterable[str] = STAGES, skip: Iterable[str] = ()) -> None:
+    """One argument per option read by ``stages`` (except ``skip``): one value each
+    (``inspect``, ``step``), or comma lists (``sweep``, ``lists``). No argument has a
+    default: an option left out is absent from the namespace, so it never counts as given."""
+    wanted = set(stages)
+    group = parser.add_argument_group("case options", "the case's configuration (memwall.options)")
+    for option in OPTIONS:
+        if option.stage not in wanted or option.name in skip:
+            continue
+        metavar = option.metavar or ("V" if lists else option.name.upper())
+        if lists:
+            group.add_argument(option.flag, dest=option.name, nargs="+", metavar=metavar,
+                               default=argparse.SUPPRESS, help=_help(option, True))
+        else:
+            group.add_argument(option.flag, dest=option.name, type=_one(option), default=argparse.SUPPRESS,
+                               metavar=metavar, help=_help(option, False))
+
+
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The case options a command line gave, in declared order."""
+    return {o.name: getattr(args, o.name) for o in OPTIONS if hasattr(args, o.name)}
+
+
+def option_lists(args: argparse.Namespace) -> dict[str, list[Any]]:
+    """``sweep``'s option lists (``--phase train,decode`` or ``--phase train decode``), each value
+    checked and converted; options not given are absent."""
+    out: dict[str, list[Any]] = {}
+    for o in OPTIONS:
+        raw = getattr(args, o.name, None)
+        if raw is None:
+            continue
+        items = [v for item in raw for v in str(item).split(",") if v]
+        if not items:
+            raise InputError("needs at least one value", field=o.flag)
+        out[o.name] = list(dict.fromkeys(o.parse(v, o.flag) for v in items))
+    return out
