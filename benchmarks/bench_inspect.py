@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES
     if args.presets:
-        from memwall.experiments.sweep import network_ids
+        from memwall.study.identity import network_ids
 
         cases = [("h100-sxm", net, 1, "minibatch") for net in network_ids()]
         args.repeat, args.skip_large = 1, False

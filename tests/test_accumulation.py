@@ -153,7 +153,7 @@ def test_sweep_runs_every_accumulation_and_fusion_listed():
 
 
 def test_sweep_key_of_a_default_case_is_unchanged_by_the_new_fields():
-    from memwall.experiments.sweep import case_key
+    from memwall.run.row import case_key
 
     base = Case(machine="h100-sxm", network="nettalk")
     assert case_key(base) == case_key(Case(machine="h100-sxm", network="nettalk", accumulate=1, fusion="none"))

@@ -345,7 +345,7 @@ def test_l2_with_a_latency_is_capped_too():
 def test_sweep_runs_each_case_in_each_dispatch_mode():
     from memwall.cli import build_parser
     from memwall.cli.sweep import build_cases
-    from memwall.experiments.sweep import make_row
+    from memwall.run.row import make_row
 
     args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "nettalk",
                                       "--dispatch", "eager,compiled"])

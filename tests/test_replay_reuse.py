@@ -19,7 +19,9 @@ from memwall import simulate
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import REPLAYS_DIR, ReplayStore
 from memwall.profiles import load_machine
+from memwall.run.row import case_key
 from memwall.simulate import Case, engine_fields, replay_key, run_case
+from memwall.study.identity import load_machine_spec, synthetic_spec
 
 
 class DictReplays:
@@ -69,11 +71,11 @@ def test_a_shared_replay_gives_exactly_the_numbers_of_its_own(monkeypatch):
 
 
 def test_a_sweep_replays_each_engine_key_once_and_rows_match_separate_runs(tmp_path, monkeypatch):
-    machines = [sw.synthetic_spec("h100-sxm", bw) for bw in (1e12, 3e12, 1e13)]
+    machines = [synthetic_spec("h100-sxm", bw) for bw in (1e12, 3e12, 1e13)]
     cases = sw.product(machines, ["nettalk", "encoder-8-3-8"], [1])
     result = sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
     stored = ReplayStore(tmp_path / "s")
-    keys = {replay_key(sw.load_machine_spec(c.machine), c) for c in cases}
+    keys = {replay_key(load_machine_spec(c.machine), c) for c in cases}
     assert len(keys) == 2 and all(stored.get(k) is not None for k in keys)
     assert len(list((tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json"))) == 2
     # The same rows as cases run each on its own, with no replay shared.
@@ -84,7 +86,7 @@ def test_a_sweep_replays_each_engine_key_once_and_rows_match_separate_runs(tmp_p
 
 
 def test_a_sweep_keeps_on_disk_only_the_replays_its_cases_share(tmp_path, monkeypatch):
-    cases = [Case("h100-sxm", "nettalk"), Case(sw.synthetic_spec("h100-sxm", 1e12), "nettalk"),
+    cases = [Case("h100-sxm", "nettalk"), Case(synthetic_spec("h100-sxm", 1e12), "nettalk"),
              Case("vax-11-780", "nettalk")]
     calls = _count_replays(monkeypatch)
     sw.run_sweep(cases, tmp_path / "s", jobs=1, progress=False)
@@ -96,7 +98,7 @@ def test_a_sweep_keeps_on_disk_only_the_replays_its_cases_share(tmp_path, monkey
 def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
     a, b, c = (Case(m, "nettalk") for m in ("h100-sxm", "h200", "vax-11-780"))
     store = sw.Store(tmp_path)
-    keys = {x: sw.case_key(x) for x in (a, b, c)}
+    keys = {x: case_key(x) for x in (a, b, c)}
     feeder = sw._Feeder([a, b, c], store, keys, replay_keys={a: "k1", b: "k1", c: "k2"})
     assert feeder.take() == a
     assert feeder.take() == c  # b waits: a is computing its replay
@@ -109,7 +111,7 @@ def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
 @pytest.mark.parametrize("damage", ["not json", "edited"])
 def test_a_damaged_stored_replay_is_recomputed(tmp_path, damage):
     case = Case("h100-sxm", "nettalk")
-    twin = Case(sw.synthetic_spec("h100-sxm", 1e12), "nettalk")  # shares the replay, so it is kept
+    twin = Case(synthetic_spec("h100-sxm", 1e12), "nettalk")  # shares the replay, so it is kept
     sw.run_sweep([case, twin], tmp_path / "s", jobs=1, progress=False)
     (path,) = (tmp_path / "s" / REPLAYS_DIR / "cases").glob("*.json")
     if damage == "not json":

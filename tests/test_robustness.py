@@ -26,6 +26,7 @@ from memwall.cli import main
 from memwall.data import era_data_dir
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store
+from memwall.run.row import case_key
 from memwall.simulate import Case
 
 OLD = "vax-11-780"
@@ -75,7 +76,7 @@ def test_a_damaged_record_is_reported_once_moved_aside_and_recomputed(tmp_path, 
     out = tmp_path / "s"
     sweep(out)
     store = Store(out)
-    key = sw.case_key(CASES[1])
+    key = case_key(CASES[1])
     DAMAGE[damage](store.path(key))
     capsys.readouterr()
 
@@ -97,10 +98,10 @@ def test_store_keys_ignore_the_quarantine_and_claims(tmp_path):
     out = tmp_path / "s"
     sweep(out)
     store = Store(out)
-    key = sw.case_key(CASES[0])
+    key = case_key(CASES[0])
     store.path(key).write_bytes(b"\xff\xfe")
     assert store.get(key) is None
-    assert store.keys() == [sw.case_key(CASES[1])]
+    assert store.keys() == [case_key(CASES[1])]
 
 
 def test_sweep_outputs_honour_the_umask(tmp_path):
@@ -158,7 +159,7 @@ def test_two_sweeps_sharing_a_folder_compute_each_case_once(tmp_path):
 
 def test_a_claim_of_a_killed_process_is_taken_over(tmp_path):
     out = tmp_path / "s"
-    key = sw.case_key(CASES[0])
+    key = case_key(CASES[0])
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from memwall.experiments.store import Store

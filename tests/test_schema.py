@@ -387,14 +387,14 @@ def test_cli_choices_are_the_vocabulary(command: list[str], dest: str, words: tu
 def test_sweep_lists_are_checked_against_the_vocabulary(option: str, word: str) -> None:
     """The sweep's case options take comma lists, so argparse cannot check them; validate does."""
     from memwall.cli.sweep import build_cases
-    from memwall.experiments import sweep as sw
+    from memwall.run.checks import validate
 
     value = f"decode,{word}" if option == "phase" else word  # a good word beside the bad one
     argv = ["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small", "--phase", "decode",
             "--context", "16", f"--{option.replace('_', '-')}", value]
     args = build_parser().parse_args(argv)
     with pytest.raises(InputError):
-        sw.validate(build_cases(args))
+        validate(build_cases(args))
 
 
 @pytest.mark.parametrize("argv", [

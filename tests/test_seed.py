@@ -34,12 +34,12 @@ def test_the_turn_is_balance_times_bytes_per_parameter_over_flops_per_parameter(
 
 
 def test_every_result_and_row_carries_the_seed_beside_the_simulation():
-    from memwall.experiments import sweep as sw
+    from memwall.run.row import make_row
 
     case = Case("h100-sxm", "gpt2-small", 4)
     result = run_case(case)
     seed = result["seed"]
     assert seed["d_min"] == pytest.approx(seed["a"] * 989.4 / 3.35 / 72)
     assert 0 < seed["seconds"] < result["seconds"]  # the seed leaves out dispatch, waves and misses
-    row = sw.make_row(case, result, None)
+    row = make_row(case, result, None)
     assert row["seed_seconds"] == seed["seconds"] and row["seed_memory_ratio"] == seed["memory_ratio"]

@@ -16,7 +16,9 @@ import pytest
 from memwall.errors import InputError
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store, read_rows
+from memwall.run.row import case_key, make_row
 from memwall.simulate import Case
+from memwall.study.identity import machine_ids, machine_info
 
 # A few cheap real cases for the tests that need a fresh folder: 1980s machines, classic
 # networks, per-example updates (all of them among the session sweep's cases).
@@ -159,9 +161,9 @@ def test_bad_executor_arguments(tmp_path):
 
 def test_keys_follow_the_profile_and_the_configuration():
     a = Case(machine=OLD, network="nettalk", batch=1)
-    assert sw.case_key(a) == sw.case_key(Case(machine=OLD, network="nettalk", batch=1))
-    assert sw.case_key(a) != sw.case_key(Case(machine=OLD, network="nettalk", batch=2))
-    assert sw.case_key(a) != sw.case_key(Case(machine=OLD + "@bw=1e9", network="nettalk"))
+    assert case_key(a) == case_key(Case(machine=OLD, network="nettalk", batch=1))
+    assert case_key(a) != case_key(Case(machine=OLD, network="nettalk", batch=2))
+    assert case_key(a) != case_key(Case(machine=OLD + "@bw=1e9", network="nettalk"))
 
 
 def test_fingerprint_is_what_a_profile_says_not_where_it_lies(tmp_path):
@@ -173,14 +175,14 @@ def test_fingerprint_is_what_a_profile_says_not_where_it_lies(tmp_path):
     copy, edit = tmp_path / "copy" / f"{OLD}.toml", tmp_path / "edit" / f"{OLD}.toml"
     copy.write_text(text)
     edit.write_text(text.replace('name = "', 'name = "edited ', 1))
-    assert sw.machine_info(str(copy)).fingerprint == sw.machine_info(OLD).fingerprint
-    assert sw.machine_info(str(edit)).fingerprint != sw.machine_info(OLD).fingerprint
+    assert machine_info(str(copy)).fingerprint == machine_info(OLD).fingerprint
+    assert machine_info(str(edit)).fingerprint != machine_info(OLD).fingerprint
 
 
 def test_synthetic_machines_span_four_decades_of_balance():
-    base = sw._synthetic_base(sw._modern(sw.machine_ids()))
+    base = sw._synthetic_base(sw._modern(machine_ids()))
     specs = sw.synthetic_machines(base, decades=4, per_decade=1)
-    balances = [sw.machine_info(s).balance() for s in specs]
+    balances = [machine_info(s).balance() for s in specs]
     assert len(specs) == 5
     assert balances[0] == pytest.approx(1.0, rel=1e-5)
     assert balances[-1] == pytest.approx(1e4, rel=1e-5)
@@ -213,7 +215,7 @@ def test_rows_say_whether_the_weights_fit_on_chip():
     small = Case("h100-sxm", "nettalk")  # 74 kB of weights against a 50 MiB L2
     large = Case("h100-sxm", "gpt2-small", seq_len=8, phase="forward")  # 249 MB of them
     cray = Case("cray-1", "nettalk")  # 8 x 64 words of vector registers: nothing stays on chip
-    rows = [sw.make_row(c, run_case(c), None) for c in (small, large, cray)]
+    rows = [make_row(c, run_case(c), None) for c in (small, large, cray)]
     assert [r["weights_on_chip"] for r in rows] == [True, False, False]
 
 

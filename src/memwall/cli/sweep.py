@@ -95,22 +95,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def build_cases(args: argparse.Namespace) -> list:
     from ..experiments import sweep as sw
+    from ..run import checks
+    from ..study import identity
 
     machines = _split(args.machines)
     networks = _split(args.networks)
     batches = _batches(args.batches)
     checkpoints = _split(args.checkpoint)
     for ck in checkpoints or ():
-        sw.check_checkpoint(ck)
+        checks.check_checkpoint(ck)
     if machines is None and networks is None and batches is None and checkpoints is None:
         cases = sw.study(quick=args.quick)
     else:
-        known = sw.network_ids()
+        known = identity.network_ids()
         default_nets = [n for n in sw.CLASSICS if n in known]
         if args.quick:
             default_nets = default_nets[:3]
         cases = sw.product(
-            machines if machines is not None else sw.machine_ids(),
+            machines if machines is not None else identity.machine_ids(),
             networks if networks is not None else default_nets,
             batches if batches is not None else [1],
             checkpoints if checkpoints is not None else ["none"],
@@ -119,7 +121,7 @@ def build_cases(args: argparse.Namespace) -> list:
     modes = _split(getattr(args, "dispatch", None))
     if modes:
         for mode in modes:
-            sw.check_dispatch(mode)
+            checks.check_dispatch(mode)
         cases = [replace(c, dispatch=mode) for c in cases for mode in modes]
     accumulate = _ints(getattr(args, "accumulate", None), "--accumulate")
     fusions = _split(getattr(args, "fusion", None))
@@ -171,11 +173,12 @@ def _expand(cases: list, args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from ..experiments import sweep as sw
+    from ..run import checks
 
     sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing
     sw.check_executor(args.executor, args.jobs, args.scheduler, args.allow_remote_scheduler)
     cases = build_cases(args)
-    sw.validate(cases)  # every argument checked before any case runs
+    checks.validate(cases)  # every argument checked before any case runs
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                           allow_remote_scheduler=args.allow_remote_scheduler,

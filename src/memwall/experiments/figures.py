@@ -789,8 +789,8 @@ def _tricks_inputs() -> dict[str, Any]:
     """What the ladders are computed from: reused while the model, profiles and presets are unchanged."""
     import json
 
+    from ..study.identity import machine_info, network_info
     from .store import dumps
-    from .sweep import machine_info, network_info
     from .tricks import TRICK_CASES, TRICKS
 
     return json.loads(dumps({"model": MODEL_VERSION, "tricks": TRICKS, "cases": TRICK_CASES,
@@ -1226,7 +1226,7 @@ def _gholami_data(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _gholami_inputs(options: Mapping[str, Any]) -> dict[str, Any]:
     """What the figure's data is computed from: reused while none of it changes."""
-    from .sweep import machine_info, network_info
+    from ..study.identity import machine_info, network_info
 
     machines = options.get("machines", (GHOLAMI_MACHINE, GHOLAMI_COMPARE))
     networks = options.get("networks", GHOLAMI_NETWORKS)
@@ -1308,13 +1308,13 @@ def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
 
 
 def _network_inputs(network: str, **params: Any) -> dict[str, Any]:
-    from .sweep import network_info
+    from ..study.identity import network_info
 
     return {"model": MODEL_VERSION, "network": network_info(network).fingerprint, **params}
 
 
 def _llc_inputs(cases: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    from .sweep import machine_info, network_info
+    from ..study.identity import machine_info, network_info
 
     return {"model": MODEL_VERSION, "cases": [[machine_info(m).fingerprint, network_info(n).fingerprint]
                                               for m, n in cases]}

@@ -1,24 +1,16 @@
 """The era sweep: many cases, run in parallel, stored as they finish, resumable.
 
 Owns: the case sets (the default study that ``memwall sweep`` runs, its ``--quick``
-version, and plain machines × networks × batches × checkpointing products), checking
-every argument before any work starts, the case key (a hash of the machine profile,
-the network, the configuration and :data:`memwall.MODEL_VERSION`), running the cases
-on local processes or a Dask cluster, and turning each :func:`memwall.simulate.run_case`
-result into one flat results row.
-
-Synthetic machines. A machine spec ``BASE@bw=X`` is the shipped profile ``BASE`` with
-its main-memory bandwidth replaced by ``X`` bytes/s: same compute engine, same caches,
-different balance. The synthetic balance sweep (figure 6) is made of these.
+version, and plain machines × networks × batches × checkpointing products) and running
+the cases on local processes or a Dask cluster. Checking the cases is
+:mod:`memwall.run.checks`'s, their keys and rows :mod:`memwall.run.row`'s, and which
+machine a spec names (synthetic ``BASE@bw=X`` ones too) :mod:`memwall.study.identity`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -27,14 +19,23 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import MODEL_VERSION
 from ..errors import InputError
+from ..model_version import MODEL_VERSION
+from ..run.checks import validate
+from ..run.row import COLUMNS, case_key, make_row, row_order
 from ..simulate import ENGINE_RATE, Case, duration
-from ..vocabulary import ATTENTIONS, FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
+from ..study.identity import (
+    load_machine_spec,
+    machine_ids,
+    machine_info,
+    network_ids,
+    parse_machine_spec,
+    synthetic_spec,
+)
 from .store import ReplayStore, Store, atomic_write, canonical, dumps, write_tables
 
 if TYPE_CHECKING:
@@ -65,143 +66,6 @@ MODERN_KINDS = ("gpu", "tpu", "wafer")
 # The batch window is drawn for a few modern machines, one line each, so it stays legible.
 WINDOW_MACHINES = ("v100-sxm2", "a100-sxm", "h100-sxm", "b200", "mi300x", "tpu-v4", "tpu-v5p")
 EXECUTORS = ("local", "dask")
-
-# The leading columns of results.csv, in this order; per-level columns follow.
-COLUMNS = (
-    "machine", "name", "year", "kind", "synthetic", "bandwidth", "balance", "machine_balance",
-    "network", "batch", "tokens", "checkpoint", "updates", "phase", "optimizer", "dtype",
-    "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
-    "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
-    "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "attention", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
-    "seed_fraction_of_peak", "a", "d_min",
-)
-# Case fields added after results were first stored: left out of a case's key at their
-# default, so results stored before them are still found.
-_LATER_DEFAULTS = {"accumulate": 1, "fusion": "none", "grad_dtype": None}
-
-_SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
-
-
-# --------------------------------------------------------------------------------------
-# What the sweep needs to know about machines and networks
-
-
-@dataclass(frozen=True)
-class MachineInfo:
-    """The facts about one machine that rows, keys and figures use."""
-
-    id: str
-    name: str
-    year: int
-    kind: str
-    primary_dtype: str
-    peak_flops: Mapping[str, float]  # FLOP/s per dtype
-    bandwidth: float  # main memory, B/s
-    fingerprint: str  # hash of the whole profile: any edit changes every key that uses it
-    synthetic: bool = False
-    on_chip: int = 0  # bytes of its largest on-chip level (cache or scratchpad): what weights could stay in
-
-    def balance(self) -> float:
-        """Peak FLOP/s of the primary dtype per byte/s of main memory."""
-        return self.peak_flops[self.primary_dtype] / self.bandwidth
-
-
-@dataclass(frozen=True)
-class NetworkInfo:
-    id: str
-    fingerprint: str
-    seq_len: int | None = None  # tokens per example for sequence models, else None
-
-
-def machine_ids() -> list[str]:
-    """The shipped machines, by year, then id."""
-    from ..profiles import all_machines
-
-    return [m.id for m in all_machines()]
-
-
-def network_ids() -> list[str]:
-    from ..networks import network_ids as shipped
-
-    return shipped()
-
-
-def load_machine_spec(spec: str) -> Machine:
-    """The profile for an id, a path, or a synthetic ``BASE@bw=X`` spec."""
-    from ..profiles import load_machine
-
-    base, bw = parse_machine_spec(spec)
-    machine = load_machine(base)
-    if bw is None:
-        return machine
-    return replace(machine, memory=replace(machine.memory, bandwidth=bw))
-
-
-def _fingerprint(value: Any) -> str:
-    return hashlib.sha256(dumps(value).encode()).hexdigest()
-
-
-def _content(described: Mapping[str, Any]) -> dict[str, Any]:
-    # Where a file was read from is not what it says: keys must match across checkouts.
-    return {k: v for k, v in described.items() if k != "path"}
-
-
-# Each profile and preset is read once per process: the sweep asks for the same few
-# thousands of times (every key, every row), and a sweep's files do not change under it.
-@cache
-def machine_info(spec: str) -> MachineInfo:
-    """The facts the sweep uses about a machine spec (see :func:`load_machine_spec`)."""
-    from ..profiles import load_machine
-
-    base, bw = parse_machine_spec(spec)
-    m = load_machine(base)
-    bandwidth = m.memory.bandwidth if bw is None else bw
-    name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
-    return MachineInfo(
-        id=spec, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
-        peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
-        fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
-        synthetic=bw is not None, on_chip=max((lv.size for lv in m.levels), default=0),
-    )
-
-
-@cache
-def network_info(net_id: str) -> NetworkInfo:
-    from ..networks import load_network
-
-    net = load_network(net_id)
-    return NetworkInfo(id=net_id, fingerprint=_fingerprint(_content(net.as_dict())), seq_len=net.seq_len)
-
-
-def parse_machine_spec(spec: str) -> tuple[str, float | None]:
-    """``"cray-1"`` -> ("cray-1", None); ``"h100@bw=1e12"`` -> ("h100", 1e12).
-
-    Anything after the last ``@`` (outside a path) must be ``bw=`` and a finite positive
-    number: ``h100@bw=nan`` is a bad bandwidth, not an unknown machine.
-    """
-    base, at, rest = spec.rpartition("@")
-    if not at or "/" in rest or "\\" in rest:
-        return spec, None
-    if not base:
-        raise InputError(f"synthetic machine '{spec}' names no base machine (use BASE@bw=B/s)", field="machines")
-    name, eq, value = rest.partition("=")
-    if name.strip() != "bw" or not eq:
-        raise InputError(f"synthetic machine '{spec}': the only setting after '@' is bw=B/s", field="machines")
-    try:
-        bw = float(value.replace("_", "x"))  # float() takes 1_000; a spec should not
-    except ValueError:
-        raise InputError(f"bad bandwidth in synthetic machine '{spec}': {value!r} is not a number",
-                         field="machines") from None
-    if not (bw > 0 and math.isfinite(bw)):
-        raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive, finite number of B/s, "
-                         f"got {value!r}", field="machines")
-    return base, bw
-
-
-def synthetic_spec(base: str, bandwidth: float) -> str:
-    # repr keeps the exact double, so the spec (and the key) is the same on every run.
-    return f"{base}@bw={float(bandwidth)!r}"
 
 
 # --------------------------------------------------------------------------------------
@@ -304,181 +168,6 @@ def _one_per_era(ids: Sequence[str]) -> list[str]:
 def _dedupe(cases: Iterable[Case]) -> list[Case]:
     return list(dict.fromkeys(cases))
 
-
-# --------------------------------------------------------------------------------------
-# Checking arguments before any work starts
-
-
-def check_checkpoint(value: str) -> str:
-    parse_checkpoint(value)
-    return value
-
-
-def _is_file(spec: str) -> bool:
-    """A profile or preset given as a path to its .toml file, as ``inspect`` accepts."""
-    return spec.endswith(".toml") and Path(spec).is_file()
-
-
-def check_dispatch(value: str | None) -> str | None:
-    """A dispatch mode (None: each profile's default), or an InputError naming the choices."""
-    from ..vocabulary import DISPATCH_MODES
-
-    if value is None or value in DISPATCH_MODES:
-        return value
-    raise InputError(f"unknown dispatch mode '{value}' (use {', '.join(DISPATCH_MODES)})", field="dispatch")
-
-
-def validate(cases: Sequence[Case]) -> None:
-    """Raise InputError for the first unusable case; called before anything runs."""
-    if not cases:
-        raise InputError("no cases to run", field="cases")
-    known_m = set(machine_ids())
-    known_n = set(network_ids())
-    for case in cases:
-        base, _ = parse_machine_spec(case.machine)
-        if base not in known_m and not _is_file(base):
-            raise InputError(f"unknown machine '{base}' (see `memwall machines list`)", field="machines")
-        if case.network is None and case.gemm is None:
-            raise InputError("a case needs a network or a GEMM", field="networks")
-        if case.network is not None and case.network not in known_n and not _is_file(case.network):
-            raise InputError(f"unknown network '{case.network}' (see `memwall networks list`)",
-                             field="networks")
-        if isinstance(case.batch, bool) or not isinstance(case.batch, int) or case.batch < 1:
-            raise InputError(f"batch must be a whole number >= 1, got {case.batch!r}", field="batches")
-        if case.seq_len is not None and case.seq_len < 1:
-            raise InputError(f"seq_len must be >= 1, got {case.seq_len!r}", field="seq_len")
-        check_checkpoint(case.checkpoint)
-        check_dispatch(case.dispatch)
-        if case.updates not in UPDATES:
-            raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
-        if isinstance(case.accumulate, bool) or not isinstance(case.accumulate, int) or case.accumulate < 1:
-            raise InputError(f"accumulate must be a whole number >= 1, got {case.accumulate!r}", field="accumulate")
-        check_word(case.fusion, FUSIONS, "fusion")
-        if case.attention is not None:
-            check_word(case.attention, ATTENTIONS, "attention")
-        if case.phase not in PHASES:
-            raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
-        _check_options(case)
-    for spec in dict.fromkeys(c.machine for c in cases):
-        # Loads every profile once, so a broken file fails here, not in a worker.
-        machine_info(spec)
-    for net in dict.fromkeys(c.network for c in cases if c.network):
-        network_info(net)
-
-
-def _check_options(case: Case) -> None:
-    """The serving and dtype options, checked as the step will check them (network aside)."""
-    from ..workloads.config import TrainingConfig
-
-    if case.network is None:
-        return
-    TrainingConfig(batch=case.batch, updates=case.updates, optimizer=case.optimizer, dtype=case.dtype or "bf16",
-                   checkpoint=case.checkpoint, seq_len=case.seq_len, phase=case.phase, context=case.context,
-                   weights=case.weights, kv_dtype=case.kv_dtype, weight_group=case.weight_group,
-                   weight_zero=case.weight_zero)
-
-
-# --------------------------------------------------------------------------------------
-# Keys and rows
-
-
-def case_key(case: Case) -> str:
-    """What a stored result depends on: the profile, the network, the case and the model."""
-    m = machine_info(case.machine)
-    net = network_info(case.network).fingerprint if case.network else None
-    fields = {k: v for k, v in case.as_dict().items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
-    payload = {"model": MODEL_VERSION, "case": fields, "machine": m.fingerprint, "network": net}
-    return hashlib.sha256(dumps(payload).encode()).hexdigest()[:32]
-
-
-def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
-    """One results row: who ran what, then the timing (stall fractions per level of total cycles)."""
-    m = machine_info(case.machine)
-    net = network_info(case.network) if case.network else None
-    seq = case.seq_len or (net.seq_len if net else None)
-    if case.phase == "decode":
-        seq = 1
-    elif case.phase == "prefill":
-        seq = case.context
-    row: dict[str, Any] = {
-        "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
-        "bandwidth": m.bandwidth, "balance": m.balance(), "machine_balance": m.balance(),
-        "network": case.network, "batch": case.batch, "tokens": case.batch * seq if seq else case.batch,
-        "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
-        "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
-        "accumulate": case.accumulate, "fusion": case.fusion, "attention": case.attention,
-        "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
-    }
-    if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns
-        row.update({k: getattr(case, k) for k in ("dp", "tp", "pp", "ep", "zero")}, devices=case.parallel.devices)
-    if error or result is None:
-        return row
-    # result is memwall.simulate.result_dict's: every key below is always there.
-    cycles = result["cycles"]
-    total = float(cycles["total"])
-    row.update({
-        "seconds": float(result["seconds"]),
-        "stall_fraction": float(result["stall_fraction"]),
-        "fraction_of_peak": float(result["fraction_of_peak"]),
-        "cups": float(result["cups"]),
-        "flops": float(result["flops"]),
-        "achieved_flops": float(result["achieved_flops"]),
-        "peak_flops": float(result["peak_flops"]),
-        "bound": result["bound"],
-        "mfu": result.get("mfu"),
-        "hfu": result.get("hfu"),
-        "cycles_total": total,
-        "compute_fraction": _share(cycles["compute"], total),
-        "overhead_fraction": _share(cycles["overhead"], total),
-        "dtype": result["dtype"],
-        "dispatch": result["dispatch"]["mode"] or case.dispatch,
-        "bound_class": result["bound_class"],
-        "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
-        "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
-        # Whether the step's weights fit in the machine's largest on-chip level: then a
-        # step need not stream them from main memory (the flip figure marks these).
-        "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),
-        # The seed's back-of-the-envelope estimate of the same step (memwall.seed), and
-        # its a and pole d_min (transformers).
-        "a": result.get("a"), "d_min": result.get("d_min"),
-        "seed_seconds": result["seed"]["seconds"],
-        "seed_memory_ratio": result["seed"]["memory_ratio"],
-        "seed_fraction_of_peak": result["seed"]["fraction_of_peak"],
-        # Balance for the dtype this case computes in (the peak run_case timed against).
-        "balance": float(result["peak_flops"]) / m.bandwidth,
-    })
-    if result.get("devices", 1) > 1:
-        seconds = float(result["seconds"])
-        parts = result["time_by_component"]
-        row.update(interconnect_fraction=_share(parts.get("interconnect", 0.0), seconds),
-                   bubble_fraction=_share(parts.get("bubble", 0.0), seconds),
-                   interconnect_bytes=float(result["interconnect_bytes"]))
-    serving = result.get("serving")
-    if serving:  # decode and prefill rows only, so other tables keep their columns
-        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "weight_group", "weight_zero",
-                                                "tokens_per_second",
-                                                "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
-        row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
-    for level, c in cycles["stall"].items():
-        row[f"stall_{level}"] = _share(c, total)
-    for level, b in result["bytes"].items():
-        row[f"bytes_{level}"] = float(b)
-    return row
-
-
-def _share(part: float, total: float) -> float | None:
-    return float(part) / total if total else None
-
-
-def row_order(row: Mapping[str, Any]) -> tuple:
-    """Rows sort by machine (year, id), then network and configuration, then batch."""
-    def s(v: Any) -> str:
-        return "" if v is None else str(v)
-    return (row["year"], s(row["machine"]).split("@")[0], row.get("bandwidth") or 0.0, s(row["machine"]),
-            s(row["network"]), s(row["phase"]), s(row["updates"]), s(row["checkpoint"]),
-            s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"],
-            row.get("accumulate") or 1, s(row.get("fusion")),
-            tuple(row.get(k) or (0 if k == "zero" else 1) for k in ("dp", "tp", "pp", "ep", "zero")))
 
 
 # --------------------------------------------------------------------------------------

@@ -402,8 +402,8 @@ def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> 
     """``predictor`` (default :func:`memwall.simulate.run_case`), its answers stored in
     ``folder`` like sweep cases: keyed by the case, the machine profile, the network and
     :data:`memwall.MODEL_VERSION`, so a rerun predicts only what changed."""
+    from ..run.row import case_key
     from .store import Store
-    from .sweep import case_key
 
     store = Store(folder, content="result")
     predict = predictor or default_predictor()
@@ -437,8 +437,9 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None)
     case that fails is left for :func:`validate`, which reports its reason."""
     from concurrent.futures import ProcessPoolExecutor
 
+    from ..run.row import case_key
     from .store import Store
-    from .sweep import _stop_workers, _watch_parent, case_key, default_jobs
+    from .sweep import _stop_workers, _watch_parent, default_jobs
 
     store = Store(folder, content="result")
     todo = list(dict.fromkeys(c for c in cases if (store.get(case_key(c)) or {}).get("status") != "ok"))

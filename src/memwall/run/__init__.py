@@ -1,0 +1,1 @@
+"""One case, end to end."""
