@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memwall import levels, networks, profiles, schema
+from memwall import levels, networks, profiles, schema, schema_docs
 from memwall.cli import build_parser, main
 from memwall.data import era_data_dir
 from memwall.errors import InputError
@@ -327,7 +327,7 @@ def test_measurement_file_reports_every_problem_at_once(tmp_path: Path) -> None:
 
 
 def test_generated_docs_are_current() -> None:
-    assert schema.stale_docs() == [], "run: python -m memwall.schema --update"
+    assert schema_docs.stale_docs() == [], "run: python -m memwall.schema_docs --update"
     readme = (era_data_dir() / "README.md").read_text()
     for table in (profiles.PROFILE, profiles.TIMING, levels.LEVEL, networks.TRANSFORMER, networks.CONV_LAYER):
         for f in table.fields:
@@ -341,7 +341,7 @@ def test_generated_docs_notice_a_new_field(monkeypatch: pytest.MonkeyPatch) -> N
         Field(f.key, f.type, f.doc, required=f.required, table=profiles.MEMORY) if f.key == "memory" else f
         for f in profiles.PROFILE.fields), doc=profiles.PROFILE.doc)
     monkeypatch.setattr(profiles, "PROFILE", changed)
-    assert era_data_dir() / "README.md" in schema.stale_docs()
+    assert era_data_dir() / "README.md" in schema_docs.stale_docs()
 
 
 def test_writer_round_trips_through_the_declaration(tmp_path: Path) -> None:
