@@ -4,11 +4,14 @@ thin wrapper.
 
 Three jobs, three modules: :mod:`.probe` reads the OS (caches, clock, memory, CPU, BLAS),
 :mod:`.measure` runs the measurement kernels and gathers everything into a
-:class:`Detected`, and :mod:`.profile` writes the profile through the machine-profile
-declaration. The NumPy training step that the host check times lives with that
-experiment (``experiments/host_check.py``), not here.
+:class:`Detected` (with the BLIS-like blocks that :mod:`.blocking` derives from the
+caches), and :mod:`.profile` writes the profile through the machine-profile declaration.
+The imports run one way: profile -> measure -> blocking -> probe. The NumPy training
+step that the host check times lives with that experiment
+(``experiments/host_check.py``), not here.
 """
 
+from .blocking import Blocking, blocking, simd_lanes
 from .measure import (
     EFFICIENCY_DIMS,
     KERNEL_BYTES,
@@ -22,6 +25,7 @@ from .measure import (
     LatencyPoint,
     OuterResult,
     PeakResult,
+    as_behaving,
     chase_array,
     detect,
     measure_bandwidth,
@@ -46,17 +50,7 @@ from .probe import (
     read_memory_size,
     set_blas_threads,
 )
-from .profile import (
-    DETECT_SOURCE,
-    Blocking,
-    as_behaving,
-    blocking,
-    profile_table,
-    profile_toml,
-    simd_lanes,
-    summary,
-    write_profile,
-)
+from .profile import DETECT_SOURCE, profile_table, profile_toml, summary, write_profile
 
 __all__ = [
     "DETECT_SOURCE", "EFFICIENCY_DIMS", "KERNEL_BYTES", "PEAK_SIZES", "SYS_CPU", "TLB_WINDOW", "BandwidthResult", "BlasInfo", "Blocking",

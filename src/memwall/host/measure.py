@@ -6,8 +6,8 @@ in every BLAS thread; :func:`measure_efficiency`, products with one small dimens
 :func:`measure_outer`, numpy.matmul's K = 1 loop; :func:`measure_call_costs`, one-element
 NumPy calls; :func:`measure_bandwidth` by STREAM-like copy and triad in every BLAS
 thread; :func:`measure_latency` by a pointer chase over :func:`chase_array`;
-:func:`measure_effective_size`, a chase sweep over the last level) and :func:`detect`,
-which reads the host (:mod:`memwall.host.probe`) and measures it into one
+:func:`measure_effective_size`, a chase sweep over the last level, and :func:`as_behaving`,
+the caches with the last level at that size) and :func:`detect`, which reads the host (:mod:`memwall.host.probe`) and measures it into one
 :class:`Detected`. The compiled kernels are ``memwall._probe``.
 """
 
@@ -17,7 +17,7 @@ import datetime as _dt
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..units import format_byte_rate, format_bytes, format_flop_rate, format_time
+from .blocking import Blocking, blocking
 from .probe import (
     SYS_CPU,
     BlasInfo,
@@ -36,7 +37,6 @@ from .probe import (
     read_cpu,
     read_memory_size,
 )
-from .profile import Blocking, as_behaving, blocking
 
 
 def _probe() -> Any:
@@ -372,6 +372,16 @@ class EffectiveSize:
     def threshold(self) -> float:
         """Half-way between the level's own latency and memory's: half the loads hit."""
         return (self.inner + self.memory) / 2
+
+
+def as_behaving(caches: Sequence[CacheInfo], effective: EffectiveSize | None) -> list[CacheInfo]:
+    """The caches as they behave: the last level at its measured effective size where that
+    is below what the OS states (the profile's levels and the blocks both use these)."""
+    out = list(caches)
+    if effective is not None and out and effective.size < out[-1].size:
+        last = out[-1]
+        out[-1] = replace(last, size=effective.size, sets=effective.size // (max(last.ways, 1) * last.line))
+    return out
 
 
 def measure_effective_size(cache: CacheInfo, inner_size: int, line: int, memory_latency: float,
