@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-import memwall.simulate as simulate
+import memwall.run.plan as planning
+import memwall.run.replay as replaying
 from memwall.cli import main
 from memwall.levels import LevelSpec
 from memwall.profiles import MainMemory, load_machine
-from memwall.simulate import Case, run_case
+from memwall.errors import InputError
+from memwall.run import Case, build_case_step, plan_replay, replay_step, run_case
 
 KEYS = ("machine", "network", "batch", "flops", "seconds", "stall_fraction", "fraction_of_peak",
         "achieved_flops", "cups", "cycles", "bytes", "kernels")
@@ -116,8 +118,8 @@ def test_sampled_replay_agrees_with_the_exact_one(monkeypatch, machine, network,
     case = Case(machine=machine, network=network, batch=batch)
     exact = run_case(case, exact=True)
     # a budget ten times tighter than the default, so that these steps are sampled
-    monkeypatch.setattr(simulate, "STEP_BUDGET", simulate.STEP_BUDGET // 10)
-    monkeypatch.setattr(simulate, "SAMPLE_FLOOR", simulate.SAMPLE_FLOOR // 5)
+    monkeypatch.setattr(planning, "STEP_BUDGET", planning.STEP_BUDGET // 10)
+    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 5)
     sampled = run_case(case)
     assert sampled["seconds"] != exact["seconds"], "the budget did not make the step sample"
     assert sampled["seconds"] == pytest.approx(exact["seconds"], rel=0.03)
@@ -159,13 +161,13 @@ def test_sampling_is_held_to_account_in_every_family(tmp_path, monkeypatch, fami
     """A sampled step of each family of presets against its exact replay: within 1 % in time
     and in main-memory bytes (issue 16, item 4)."""
     from memwall.profiles import load_machine
-    from memwall.simulate import build_case_step, plan_replay
+    from memwall.run import build_case_step, plan_replay
 
     case = Case(machine=machine, network=_family_network(tmp_path, family), batch=batch)
     exact = run_case(case, exact=True)
     # a budget ten times tighter than the default, so that these small steps are sampled
-    monkeypatch.setattr(simulate, "STEP_BUDGET", simulate.STEP_BUDGET // 10)
-    monkeypatch.setattr(simulate, "SAMPLE_FLOOR", simulate.SAMPLE_FLOOR // 5)
+    monkeypatch.setattr(planning, "STEP_BUDGET", planning.STEP_BUDGET // 10)
+    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 5)
     plan = plan_replay(load_machine(machine), build_case_step(case))
     assert any(scale != 1.0 for row in plan.replays for _, _, scale in row), "the budget did not make it sample"
     sampled = run_case(case)
@@ -262,7 +264,7 @@ def test_a_cut_replay_is_the_same_accesses_in_the_same_order(seed):
     rng = random.Random(seed)
     nest = _random_nest(rng)
     limit = max(1, nest.line_lookups(64) // rng.choice([2, 5, 50]))
-    pieces = list(simulate._pieces(nest, limit, 64))
+    pieces = list(replaying._pieces(nest, limit, 64))
     whole = nest.expand()
     cut = [p.expand() for p in pieces]
     for i in range(3):
@@ -314,9 +316,9 @@ def test_a_wide_network_is_refused_and_max_lookups_is_the_limit(tmp_path, capsys
     assert "line lookups" in capsys.readouterr().err
     # A small limit refuses a small case; the estimate is what the replay really does.
     case = Case(machine="vax-11-780", network="nettalk", batch=64)
-    step = simulate.build_case_step(case)
-    plan = simulate.plan_replay(load_machine("vax-11-780"), step)
-    with pytest.raises(simulate.InputError, match="line lookups"):
+    step = build_case_step(case)
+    plan = plan_replay(load_machine("vax-11-780"), step)
+    with pytest.raises(InputError, match="line lookups"):
         run_case(case, max_lookups=plan.lookups - 1)
     seen = []
     run_case(case, max_lookups=plan.lookups, progress=lambda done, total: seen.append((done, total)))
@@ -340,9 +342,9 @@ def test_a_machine_without_caches_counts_what_the_engine_would(network, batch, s
     machine = load_machine("cray-1")
     assert not machine.cache_levels
     case = Case(machine="cray-1", network=network, batch=batch, **({"seq_len": seq_len} if seq_len else {}))
-    plan = simulate.plan_replay(machine, simulate.build_case_step(case))
+    plan = plan_replay(machine, build_case_step(case))
     assert plan.lookups == 0  # no replay to cost, so none is ever refused
-    counted = simulate.replay_step(machine, plan)
+    counted = replay_step(machine, plan)
     engine = Hierarchy([])
     for low, counts in zip(plan.lowered, counted, strict=True):
         before = engine.counters()
@@ -356,13 +358,13 @@ def test_a_machine_without_caches_is_never_sampled():
     counted exactly: whole numbers, and every byte the core moves reaches memory."""
     case = Case(machine="cray-1", network="affine-48x1024", batch=1, updates="per-example")
     machine = load_machine("cray-1")
-    step = simulate.build_case_step(case)
-    plan = simulate.plan_replay(machine, step)
-    assert sum(nest.line_lookups(64) for low in plan.lowered for nest in low.nests) > simulate.STEP_BUDGET
+    step = build_case_step(case)
+    plan = plan_replay(machine, step)
+    assert sum(nest.line_lookups(64) for low in plan.lowered for nest in low.nests) > planning.STEP_BUDGET
     assert all(warm is None and scale == 1.0 for row in plan.replays for warm, _, scale in row)
-    counted = simulate.replay_step(machine, plan)
+    counted = replay_step(machine, plan)
     assert all(isinstance(c.memory.bytes_read, int) and isinstance(c.accesses, int) for c in counted)
     for low, counts in zip(plan.lowered, counted, strict=True):
-        reads, writes, nbytes, _ = simulate._demand(low)
+        reads, writes, nbytes, _ = replaying._demand(low)
         assert (counts.memory.reads, counts.memory.writes) == (reads, writes)
         assert counts.memory.bytes_read + counts.memory.bytes_written == nbytes

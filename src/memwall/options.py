@@ -27,7 +27,6 @@ from typing import Any
 
 from .errors import InputError
 from .schema import Field
-from .workloads.parallel import Parallel
 from .vocabulary import (
     ATTENTIONS,
     CHECKPOINT_SYNTAX,
@@ -45,6 +44,7 @@ from .vocabulary import (
     WEIGHT_ZEROS,
     parse_checkpoint,
 )
+from .workloads.parallel import Parallel
 
 # The stages that read an option.
 STEP = "step"  # the step builder: the kernels, their tensors and the ledger
@@ -354,3 +354,51 @@ def option_lists(args: argparse.Namespace) -> dict[str, list[Any]]:
             raise InputError("needs at least one value", field=o.flag)
         out[o.name] = list(dict.fromkeys(o.parse(v, o.flag) for v in items))
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Many cases
+
+
+@dataclass
+class Combined:
+    """Cases with option lists applied: ``cases``, and per option the cases each of its
+    values was left off because it does not apply to them (``skipped``)."""
+
+    cases: list[Any]
+    skipped: dict[str, int]
+
+    def note(self) -> str:
+        """One line counting the left-off combinations ('' when none)."""
+        if not self.skipped:
+            return ""
+        parts = [f"{BY_NAME[k].flag} on {n} case{'s' if n != 1 else ''}" for k, n in self.skipped.items()]
+        return ("option values left off the cases they do not apply to (another workload or phase): "
+                + ", ".join(parts))
+
+
+def combine(cases: Iterable[Any], lists: Mapping[str, Sequence[Any]]) -> Combined:
+    """Every case once for each combination of the option ``lists`` (the sweep's axes). A
+    value that does not apply to a combination (``--context 512`` with ``--phase train``)
+    is left off it and counted; the cases that differ only by left-off values run once."""
+    import itertools
+
+    axes = [[(name, v) for v in values] for name, values in lists.items() if values]
+    out: dict[Any, None] = {}
+    skipped: dict[str, int] = {}
+    for case in cases:
+        for combo in itertools.product(*axes):
+            values = {**case.given(), **dict(combo)}
+            dropped = dict(inapplicable(values, case.workload))
+            for name in dropped:
+                if name in lists:
+                    skipped[name] = skipped.get(name, 0) + 1
+            kept = {k: v for k, v in dict(combo).items() if k not in dropped}
+            out[_replace(case, kept)] = None
+    return Combined(list(out), skipped)
+
+
+def _replace(case: Any, values: Mapping[str, Any]) -> Any:
+    from dataclasses import replace
+
+    return replace(case, **values) if values else case

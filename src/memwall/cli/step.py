@@ -8,19 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..networks import load_network, with_attention
+from ..options import STEP, add_case_arguments, given_options, make_case
+from ..run.step import case_config, case_network
 from ..units import format_bytes
-from ..vocabulary import (
-    ATTENTIONS,
-    CHECKPOINT_SYNTAX,
-    FUSIONS,
-    INFERENCE_DTYPES,
-    OPTIMIZERS,
-    PHASES,
-    TRAINING_DTYPES,
-    UPDATES,
-)
-from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step
 from . import add_command
 from ._output import print_json
@@ -32,46 +22,17 @@ DESCRIPTION = (
 
 
 def add_step_arguments(p: Any) -> None:
-    """The options that pick a step (shared with ``memwall trace``)."""
+    """The options that pick a step (shared with ``memwall trace``): the network and every
+    case option the step builder reads (memwall.options)."""
     p.add_argument("--network", required=True, metavar="ID", help="network id or preset .toml path")
-    p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models)")
-    p.add_argument("--checkpoint", default="none", help=CHECKPOINT_SYNTAX)
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
-    p.add_argument("--dtype", default=None, choices=INFERENCE_DTYPES,
-                   help=f"default: the preset's; training: {', '.join(TRAINING_DTYPES)}")
-    p.add_argument("--updates", default="minibatch", choices=UPDATES)
-    p.add_argument("--phase", default="train", choices=PHASES)
-    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
-    add_training_arguments(p)
-    from .inspect import add_serving_arguments
-
-    add_serving_arguments(p)
+    add_case_arguments(p, stages=(STEP,))
     p.add_argument("--expand-repeats", action="store_true", help="list every transformer layer instead of scaling one")
 
 
-def add_training_arguments(p: Any) -> None:
-    """Accumulation and fusion (shared with ``memwall inspect``)."""
-    p.add_argument("--accumulate", type=int, default=1, metavar="K",
-                   help="micro-batches of --batch per optimizer step (default 1)")
-    p.add_argument("--grad-dtype", default=None, choices=TRAINING_DTYPES,
-                   help="the gradients' type (default: fp32 main gradients when a 16-bit step accumulates, "
-                        "else the step's dtype)")
-    p.add_argument("--fusion", default="none", choices=FUSIONS,
-                   help="none (default), epilogue (bias and activation in the product), full (also dropout + "
-                        "residual + norm, and a multi-tensor optimizer)")
-    p.add_argument("--attention", default=None, choices=ATTENTIONS,
-                   help="materialized (the scores in memory, kept for the backward) or flash (one fused kernel, "
-                        "scores recomputed); default: the network's own")
-
-
 def step_from_args(args: Any) -> Step:
-    net = with_attention(load_network(args.network), args.attention)
-    cfg = TrainingConfig(batch=args.batch, updates=args.updates, optimizer=args.optimizer,
-                         dtype=args.dtype or net.dtype, checkpoint=args.checkpoint, seq_len=args.seq_len,
-                         phase=args.phase, accumulate=args.accumulate, grad_dtype=args.grad_dtype,
-                         fusion=args.fusion, context=args.context, weights=args.weights, kv_dtype=args.kv_dtype,
-                         weight_group=args.weight_group, weight_zero=args.weight_zero)
-    return build_step(net, cfg, expand_repeats=args.expand_repeats)
+    case = make_case("", args.network, **given_options(args))  # refuses an option that does not apply
+    return build_step(case_network(case), case_config(case, case_network(case)),
+                      expand_repeats=args.expand_repeats)
 
 
 def register(subparsers: Any) -> None:

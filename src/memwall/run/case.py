@@ -1,0 +1,64 @@
+"""One case, end to end: case -> step -> plan -> replay -> time -> result.
+
+Owns: :func:`run_case`, which reads nothing from files but the profiles and presets,
+writes nothing, starts no process and draws nothing; and the rule for a dtype the
+machine has no arithmetic for is :func:`memwall.run.timed.dtype_fallback`'s. A case on more than one device
+takes the same road in :mod:`memwall.run.devices`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..options import Case
+from ..profiles import Machine, load_machine
+from .devices import run_parallel
+from .plan import Prepared, check_cost, plan_replay
+from .replay import ReplayCache, _ticker, replay_key, replay_step
+from .result import Result, build_result
+from .step import build_case_step
+from .timed import accumulated, dtype_fallback, simulate_step
+
+
+def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
+             max_lookups: int | None = None, progress: Callable[[int, int], Any] | None = None,
+             allow_fallback: bool = False, replays: ReplayCache | None = None,
+             prepared: Prepared | None = None) -> Result:
+    """Simulate one case; ``machine`` overrides the profile named by ``case.machine``
+    (for synthetic machines such as a bandwidth sweep); ``exact`` replays every access
+    of every nest instead of sampling the large ones.
+
+    Before any replay the cost is estimated (:func:`plan_replay`) and a case over
+    ``max_lookups`` line lookups (None: :data:`MAX_LOOKUPS`) is refused with an
+    InputError giving the estimate. ``progress(done, total)``, if given, is called as
+    pieces of the replay finish, in line lookups.
+
+    A ``case.dtype`` the machine states no rate for is refused, naming the machine's
+    dtypes, unless ``allow_fallback``; then, as for a network's own dtype (which is not
+    asked for), the products run at the fallback's rate with a warning and
+    ``dtype_fallback`` in the result.
+
+    ``replays``, if given, is asked for this case's replay (:func:`replay_key`) before
+    the engine runs and given it after: cases that differ only in what the engine never
+    sees (bandwidths, latencies, peaks, dispatch) replay once. ``prepared``, if given,
+    supplies the step and the plan when an earlier case built them."""
+    if machine is None:
+        machine = load_machine(case.machine)
+    if case.parallel.devices > 1:
+        return run_parallel(case, machine, exact=exact, max_lookups=max_lookups, progress=progress,
+                            allow_fallback=allow_fallback)
+    step = prepared.step(case) if prepared is not None else build_case_step(case)
+    fallback = dtype_fallback(machine, step, asked=case.dtype is not None, allow=allow_fallback)
+    key = replay_key(machine, case, exact=exact) if replays is not None or prepared is not None else ""
+    plan = prepared.plan(machine, step, key, exact=exact) if prepared is not None else plan_replay(
+        machine, step, exact=exact)
+    counters = replays.get(key) if replays is not None else None
+    if counters is None:
+        check_cost(plan, max_lookups, exact=exact)
+        counters = replay_step(machine, plan, _ticker(progress, plan.lookups))
+        if replays is not None:
+            replays.put(key, counters)
+    timing = simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters)
+    timing = accumulated(timing, step.config.accumulate)
+    return build_result(case, step, timing, fallback)

@@ -1,0 +1,111 @@
+"""A case on dp x tp x pp devices: each distinct device's share replayed once, its
+communication timed by the link model, the pipeline paced by its slowest stage.
+
+Owns: :func:`run_parallel` and the turning of the slowest device's result into the
+whole step's (:func:`_whole_step`); docs/timing.md, "Devices and the interconnect".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..errors import InputError
+from ..interconnect import bubble_fraction
+from ..options import Case
+from ..profiles import Machine
+from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
+from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
+from .plan import check_cost, plan_replay
+from .replay import _ticker
+from .result import Devices, Ledger, Result, build_result, capacity_warning, serving_figures
+from .step import case_config, case_network
+from .timed import accumulated, dtype_fallback, simulate_step
+
+
+def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_lookups: int | None = None,
+                 progress: Callable[[int, int], Any] | None = None, allow_fallback: bool = False) -> Result:
+    """A step on dp x tp x pp devices: each distinct device's share replayed once, its
+    communication timed by the link model, the pipeline paced by its slowest stage
+    (docs/timing.md, "Devices and the interconnect"). The result is the slowest stage's
+    device, with the whole step's FLOPs and throughput per device. A dtype the machine
+    has no rate for is treated as :func:`run_case` treats it."""
+    par = case.parallel
+    if case.gemm is not None:
+        raise InputError("a single GEMM runs on one device: --dp, --tp and --pp apply to networks", field="dp")
+    ic = machine.interconnect
+    if ic is None:
+        raise InputError(f"machine {machine.id!r} has no [interconnect] table: a {par.devices}-device step "
+                         f"(dp {par.dp}, tp {par.tp}, pp {par.pp}) needs its links; run it on one device, or add "
+                         "the table (era_data/README.md)", file=str(machine.path or machine.id), field="interconnect")
+    network = case_network(case)
+    config = case_config(case, network)
+    if par.dp > 1 and not config.training and par.zero:
+        raise InputError("ZeRO shards training state: it needs phase train", field="zero")
+    k = config.accumulate
+    steps = device_steps(network, config, par)
+    fallback = dtype_fallback(machine, steps[0][1], asked=case.dtype is not None, allow=allow_fallback)
+    plans = [plan_replay(machine, st, exact=exact) for _, st in steps]
+    total = sum(p.lookups for p in plans)
+    check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
+    share = 1.0 / par.dp if par.zero >= 1 and config.training else 1.0
+    times = []
+    done = 0
+    for (stage, st), plan in zip(steps, plans, strict=True):
+        timing = simulate_step(machine, st, plan=plan, progress=_ticker(progress, total, done), dispatch=case.dispatch)
+        done += plan.lookups
+        timing = sharded_update(accumulated(timing, k), share)
+        times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger, st.tokens), k))
+    b, device = time_pipeline(times, par.pp, k)
+    step = steps[b][1]
+    result = _whole_step(build_result(case, step, device, fallback), par, steps, times, b, device)
+    if config.serving:  # every replica's tokens; the per-device rate beside them
+        result = result.with_(serving=serving_figures(step, device.seconds, machine.memory.capacity,
+                                                      devices=par.devices, replicas=par.dp))
+    return result
+
+
+def _whole_step(result: Result, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> Result:
+    """Turn the slowest device's result (stage ``b``'s, as :func:`time_pipeline` chose it)
+    into the step's: FLOPs and throughput over every device, its communication, each
+    stage's slot and ledger, ZeRO's per-device ledger."""
+    machine = device.machine
+    seconds = device.seconds
+    replicas = par.tp * par.dp
+    flops = sum(st.count * replicas * t.timing.flops for (st, _), t in zip(steps, times, strict=True))
+    recompute = sum(st.count * replicas * t.timing.iterations * sum(x.flops for x in t.timing.kernels
+                                                                    if x.phase == "recompute")
+                    for (st, _), t in zip(steps, times, strict=True))
+    per_device = flops / seconds / par.devices if seconds > 0 else 0.0
+    model = (flops - recompute) / seconds / par.devices if seconds > 0 else 0.0
+    stage_rows = []
+    for (st, step), t in zip(steps, times, strict=True):
+        ledger = shard_ledger(step.ledger, par).as_dict()
+        stage_rows.append({"stage": st.name, "count": st.count, "layers": st.layers,
+                           "slot_seconds": t.slot, "update_seconds": t.update,
+                           "communication_seconds": t.exposed_step, "ledger": ledger,
+                           "fits": ledger["peak"] <= machine.memory.capacity})
+    ledger = stage_rows[b]["ledger"]
+    fits = all(r["fits"] for r in stage_rows)
+    cfg = steps[b][1].config
+    tokens = par.dp * cfg.accumulate * steps[b][1].tokens
+    examples = par.dp * cfg.accumulate * cfg.batch
+    comms = [{"name": c.name, "kind": c.kind, "group": c.group, "bytes": c.bytes, "count": c.count,
+              "seconds": c.seconds, "exposed": c.exposed, "sent_bytes": c.sent, "overlap": c.overlap}
+             for c in times[b].comms]
+    rates = replace(result.rates, flops=flops, achieved_flops=per_device, fraction_of_peak=per_device / device.peak,
+                    mfu=model / device.peak, hfu=per_device / device.peak, model_flops=flops - recompute)
+    devices = Devices(
+        devices=par.devices, parallel=par.as_dict(), interconnect_bytes=sum(c.sent for c in times[b].comms),
+        communication=comms, stages=stage_rows, bubble_fraction=bubble_fraction(par.pp, cfg.accumulate),
+        global_step={"devices": par.devices, "examples": examples, "tokens": tokens, "seconds": seconds,
+                     "examples_per_second": examples / seconds if seconds > 0 else 0.0,
+                     "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+                     "tokens_per_second_per_device": tokens / seconds / par.devices if seconds > 0 else 0.0})
+    warnings = [w for w in result.warnings if "at its peak" not in w]
+    if not fits:
+        worst = max(stage_rows, key=lambda r: r["ledger"]["peak"])
+        warnings.insert(0, capacity_warning(worst["ledger"]["peak"], machine, f"a device of stage {worst['stage']}"))
+    return result.with_(rates=rates, devices=devices, warnings=warnings,
+                        ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}))

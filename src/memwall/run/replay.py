@@ -1,0 +1,183 @@
+"""The engine's part of a case: a planned step replayed through the machine's caches.
+
+Owns: :func:`replay_step` (the counters each kernel adds on the plan's last pass), the
+counts of a machine without caches (:func:`uncached_counters`, from the streams alone),
+the cutting of long nests into pieces (progress and Ctrl-C between them), and what a
+replay depends on (:func:`engine_fields`, :func:`replay_key`), so cases that differ only
+in what the engine never sees share one replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..engine import Hierarchy, HierarchyCounters, MemoryCounters
+from ..model_version import MODEL_VERSION
+from ..options import DEVICES, STEP, Case
+from ..profiles import Machine
+from ..streams import LoopNest
+from ..workloads.lowering import Lowered
+from .plan import CHUNK_LOOKUPS, ReplayPlan
+
+
+def _demand_by_kind(lowered: Lowered) -> tuple[int, int, int, int, int]:
+    """Reads, writes, bytes read, bytes written and innermost iterations the core issues,
+    from the streams alone."""
+    reads = writes = bytes_read = bytes_written = inner = 0
+    for nest in lowered.nests:
+        for access in nest.accesses:
+            times = nest.times(access)
+            if access.is_write:
+                writes += times
+                bytes_written += times * access.size
+            else:
+                reads += times
+                bytes_read += times * access.size
+        iterations = 1
+        for count in nest.counts:
+            iterations *= count
+        inner += iterations if nest.counts else 0
+    return reads, writes, bytes_read, bytes_written, inner
+
+
+def _demand(lowered: Lowered) -> tuple[int, int, int, int]:
+    """Reads, writes, bytes and innermost iterations the core issues, from the streams alone."""
+    reads, writes, bytes_read, bytes_written, inner = _demand_by_kind(lowered)
+    return reads, writes, bytes_read + bytes_written, inner
+
+
+def uncached_counters(lowered: Lowered) -> HierarchyCounters:
+    """What the engine counts for one run of a kernel on a machine with no cache levels,
+    from the streams alone: each demand access is one reference to main memory of its
+    own size (ENGINE_SEMANTICS, main memory), so nothing needs replaying and the counts
+    are exact at any size, where a replay of a large step would be sampled."""
+    reads, writes, bytes_read, bytes_written, _ = _demand_by_kind(lowered)
+    return HierarchyCounters([], MemoryCounters(reads, writes, bytes_read, bytes_written), reads + writes)
+
+
+def _pieces(nest: LoopNest, limit: int, line: int) -> Iterator[LoopNest]:
+    """``nest`` as consecutive nests that replay the same accesses in the same order.
+
+    Cut along the outermost loop ``d`` that runs more than once (the loops around it run
+    once): iterations ``[i, j)`` of loop ``d`` are the nest with that loop's count ``j - i``
+    and the bases of the accesses inside it moved by ``i`` strides. The accesses outside
+    loop ``d`` (issued once, before or after it) go with the first or the last piece. A
+    piece of one iteration that is still too long is cut again one loop further in.
+    """
+    total = nest.line_lookups(line)
+    d = next((i for i, c in enumerate(nest.counts) if c != 1), None)
+    if total <= limit or d is None or nest.counts[d] == 0 or not any(a.depth > d for a in nest.accesses):
+        yield nest
+        return
+    count = nest.counts[d]
+    step = max(1, count * limit // total)
+    if step >= count:
+        yield nest
+        return
+    head, rest = nest.counts[:d], nest.counts[d + 1:]
+    for i in range(0, count, step):
+        k = min(step, count - i)
+        first, last = i == 0, i + k >= count
+        accesses = tuple(replace(a, base=a.base + i * a.strides[d]) if a.depth > d else a
+                         for a in nest.accesses
+                         if a.depth > d or (first and not a.after) or (last and a.after))
+        piece = LoopNest(head + (k,) + rest, accesses, nest.label)
+        if k == 1:
+            yield from _pieces(piece, limit, line)
+        else:
+            yield piece
+
+
+def replay_step(machine: Machine, plan: ReplayPlan,
+                progress: Callable[[int], Any] | None = None) -> list[HierarchyCounters]:
+    """The counters each kernel adds on the plan's last pass (the earlier ones warm the
+    caches): the engine's whole answer for a step, which depends on the machine only
+    through :func:`engine_fields`."""
+    if not machine.cache_levels:
+        return [uncached_counters(low) for low in plan.lowered]
+    hierarchy = Hierarchy(machine.cache_levels)
+    counters: list[HierarchyCounters] = []
+    for p in range(plan.passes):
+        counts = [_replay(hierarchy, replays, plan.line, progress) for replays in plan.replays]
+        if p == plan.passes - 1:
+            counters = counts
+    return counters
+
+
+def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
+            progress: Callable[[int], Any] | None) -> HierarchyCounters:
+    """The counters one kernel run adds, each nest replayed whole or sampled, as planned."""
+    start = hierarchy.snapshot()
+    if all(warm is None and scale == 1.0 for warm, _, scale in replays):  # nothing sampled: one difference
+        for _, counted, _ in replays:
+            _run(hierarchy, counted, line, progress)
+        return hierarchy.since(start)
+    total = hierarchy.since(start)  # zeros
+    for warm, counted, scale in replays:
+        if warm is not None:
+            _run(hierarchy, warm, line, progress)
+        before = hierarchy.snapshot()
+        _run(hierarchy, counted, line, progress)
+        delta = hierarchy.since(before)
+        total = total + (delta.scaled(scale) if scale != 1.0 else delta)
+    return total
+
+
+def _run(hierarchy: Hierarchy, nest: LoopNest, line: int, progress: Callable[[int], Any] | None) -> None:
+    for piece in _pieces(nest, CHUNK_LOOKUPS, line):
+        hierarchy.replay_nest(piece)
+        if progress is not None:
+            progress(piece.line_lookups(line))
+
+
+def engine_fields(machine: Machine) -> dict[str, Any]:
+    """The parts of a profile that reach the engine: each simulated level's geometry
+    and policies, and the schedule that lowers kernels to streams. Bandwidths,
+    latencies, peak rates, dispatch costs and the word size act only in the timing, so
+    machines that differ only in those (a synthetic bandwidth sweep; an H200 beside an
+    H100) replay a step identically and may share one replay."""
+    return {
+        "levels": [[lv.name, lv.size, lv.line, lv.ways, lv.policy, lv.write, lv.inclusion, lv.seed]
+                   for lv in machine.cache_levels],
+        "schedule": [machine.schedule.family,
+                     {k: v for k, v in sorted(machine.schedule.params.items()) if k not in TIMING_ONLY_SCHEDULE}],
+    }
+
+
+# Schedule fields read by the timing only, never by lowering.
+TIMING_ONLY_SCHEDULE = ("bytes_in_flight", "note")
+
+
+def replay_key(machine: Machine, case: Case, *, exact: bool = False) -> str:
+    """What a case's replay depends on, hashed: the model version (engine, lowering and
+    workload code), the machine's :func:`engine_fields` and every given case option that
+    shapes the step (:meth:`Case.key`: the options the timing alone reads are left out)."""
+    text = json.dumps({"model": MODEL_VERSION, "engine": engine_fields(machine), "case": case.key(STEP, DEVICES),
+                       "exact": exact},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class ReplayCache(Protocol):
+    """Replays kept by :func:`replay_key` (a dict, or the sweep's store of them)."""
+
+    def get(self, key: str) -> list[HierarchyCounters] | None: ...
+
+    def put(self, key: str, counters: list[HierarchyCounters]) -> None: ...
+
+
+def _ticker(progress: Callable[[int, int], Any] | None, total: int, done: int = 0) -> Callable[[int], None] | None:
+    """``progress(done, total)`` as a per-piece callback, counting on from ``done``."""
+    if progress is None:
+        return None
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(done, total)
+
+    return tick

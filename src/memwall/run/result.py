@@ -1,0 +1,345 @@
+"""One case's result, typed: what ``memwall inspect --json`` prints and a results row is made from.
+
+Owns: :class:`Result` and its groups (identity, time, rates, training, bytes, ledger,
+kernels, seed, devices, serving, warnings), :func:`build_result` (a timed step to a
+Result, asking the timing nothing it has not already answered) and the serving figures
+(:func:`serving_figures`). A Result is the JSON (every key it has always had), so a
+script written against ``--json`` reads it unchanged, and carries its groups typed. The verdict's phrases live beside the row
+(:mod:`memwall.run.row`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ..options import Case
+from ..profiles import Machine
+from ..seed import seed_model
+from ..timing import StepTiming, arithmetic_rate, word_widening
+from ..workloads.step import Step, activation_traffic, d_min
+from .verdict import verdict
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who ran what: the machine, the workload and the step's configuration."""
+
+    machine: str
+    machine_name: str
+    year: int
+    kind: str
+    balance: float  # the machine's primary dtype's peak FLOP/s per main-memory byte/s
+    network: str | None
+    gemm: list[int] | None
+    batch: int
+    checkpoint: str
+    updates: str
+    phase: str  # the step's: a single GEMM is a forward product whatever the case says
+    dtype: str | None
+
+
+@dataclass(frozen=True)
+class Time:
+    """Where the step's time goes: seconds, the binding component, the cycle breakdown."""
+
+    seconds: float
+    stall_fraction: float
+    bound: str
+    bound_class: str
+    memory_ratio: float | None
+    verdict: str
+    dispatch: dict[str, Any]
+    time_by_component: dict[str, float]
+    cycles: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The step's work and the rates it reaches, against the datasheet peak."""
+
+    flops: float
+    fraction_of_peak: float
+    achieved_flops: float
+    peak_flops: float
+    achievable_flops: float  # the products' measured ceiling ([compute.achievable]), their time's rate
+    cups: float
+    cps: float
+    model_flops: float  # no recomputation
+    mfu: float
+    hfu: float
+    micro_batch: dict[str, Any]
+    optimizer_step: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Training:
+    """How the step trains: accumulation, fusion, attention kernels, gradient type."""
+
+    accumulate: int
+    fusion: str
+    attention: str | None
+    grad_dtype: str | None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Peak live bytes per tensor class, and whether they fit in main memory."""
+
+    ledger: dict[str, int]
+    capacity: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The seed model's ``a``, its pole ``d_min`` on this machine, and its whole estimate."""
+
+    a: float | None
+    d_min: float | None
+    seed: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The devices the step runs on; the multi-device fields are None on one device."""
+
+    devices: int
+    parallel: dict[str, int]
+    interconnect_bytes: float
+    communication: list[dict[str, Any]] | None = None
+    stages: list[dict[str, Any]] | None = None
+    bubble_fraction: float | None = None
+    global_step: dict[str, Any] | None = None
+
+
+# The groups in the order their keys appear in the JSON.
+GROUPS = ("identity", "rates", "time", "bytes", "ledger", "warnings", "kernels", "dtype_fallback", "training",
+          "seed", "devices", "serving")
+
+
+@dataclass(frozen=True)
+class Groups:
+    """A result's groups; :class:`Result` is their JSON, with the groups as attributes."""
+
+    identity: Identity
+    time: Time
+    rates: Rates
+    training: Training
+    bytes: dict[str, float]
+    ledger: Ledger
+    kernels: list[dict[str, Any]]
+    seed: Seed
+    devices: Devices
+    warnings: list[str] = field(default_factory=list)
+    serving: dict[str, Any] | None = None
+    dtype_fallback: dict[str, Any] | None = None  # {requested, used} when the products ran at another dtype's rate
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in GROUPS:
+            value = getattr(self, name)
+            if name in ("bytes", "warnings", "kernels"):
+                out[name] = value
+            elif name in ("serving", "dtype_fallback"):
+                if value is not None:
+                    out[name] = value
+            elif name == "devices":
+                out.update({k: v for k, v in asdict(value).items()
+                            if v is not None or k in ("devices", "parallel", "interconnect_bytes")})
+            else:
+                out.update(asdict(value))
+        return out
+
+
+class Result(dict):
+    """One case's result: the JSON ``memwall inspect --json`` prints (less ``schema_version``,
+    which the CLI adds to every document), so ``result["seconds"]`` and ``json.dumps(result)``
+    work as they always have, with its groups typed as attributes: ``result.time.seconds``,
+    ``result.identity.machine``, ``result.devices.global_step``."""
+
+    def __init__(self, groups: Groups) -> None:
+        super().__init__(groups.to_json())
+        self.groups = groups
+
+    def __getattr__(self, name: str) -> Any:
+        groups = self.__dict__.get("groups")
+        if groups is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(groups, name)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self)
+
+    def with_(self, **changes: Any) -> Result:
+        """A copy with whole groups replaced (its JSON built afresh)."""
+        return Result(replace(self.groups, **changes))
+
+
+def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: float) -> dict:
+    total = compute + overhead + sum(stall.values())
+    return {
+        "total": total * clock,
+        "compute": compute * clock,
+        "overhead": overhead * clock,
+        "stall": {k: v * clock for k, v in stall.items()},
+    }
+
+
+def _kernel_rows(timing: StepTiming) -> list[dict[str, Any]]:
+    clock = timing.machine.clock_hz
+    n = timing.iterations
+    rows = []
+    for k in timing.kernels:
+        rows.append({
+            "name": k.name,
+            "phase": k.phase,
+            "op": k.op,
+            "repeat": k.repeat,
+            "flops": k.flops * n,
+            "seconds": k.seconds * n,
+            "stall_fraction": (sum(k.stall.values()) / k.seconds) if k.seconds > 0 else 0.0,
+            "fraction_of_peak": (k.flops / k.seconds / timing.peak) if k.seconds > 0 else 0.0,
+            "achieved_flops": k.flops / k.seconds if k.seconds > 0 else 0.0,
+            "bound": k.bound,
+            "bound_class": k.bound_class,
+            "memory_ratio": k.memory_ratio,
+            "time_by_component": {c: v * n for c, v in k.time_by_component.items()},
+            "cycles": _breakdown(k.compute * n, (k.overhead + k.dispatch) * n,
+                                 {c: v * n for c, v in k.stall.items()}, clock),
+            "bytes": {c: v * n for c, v in k.bytes.items()},
+        })
+    return rows
+
+
+def _dispatch(timing: StepTiming) -> dict[str, Any]:
+    d = timing.dispatch
+    if d is None:
+        return {"mode": None, "host_seconds": 0.0, "device_seconds": timing.seconds}
+    return {"mode": d.mode, "host_seconds": d.host_seconds, "device_seconds": d.device_seconds,
+            "launches": d.launches, "synchronous": d.synchronous}
+
+
+def _rates(step: Step, timing: StepTiming, dtype: str | None) -> Rates:
+    """Per micro-batch and per optimizer step: seconds, throughput, MFU and HFU."""
+    machine = timing.machine
+    seconds = timing.seconds
+    k = step.config.accumulate
+    update = timing.iterations * sum(t.seconds for t in timing.kernels if t.phase == "update")
+    micro = (seconds - update) / k
+    recompute = timing.iterations * sum(t.flops for t in timing.kernels if t.phase == "recompute")
+    model_flops = timing.flops - recompute
+    tokens, examples = step.tokens, step.examples
+    per_example_work = timing.connections * timing.examples
+    achieved = timing.flops / seconds if seconds > 0 else 0.0
+
+    def rate(n: float, s: float) -> float:
+        return n / s if s > 0 else 0.0
+
+    return Rates(
+        flops=timing.flops, fraction_of_peak=achieved / timing.peak, achieved_flops=achieved,
+        peak_flops=timing.peak, achievable_flops=arithmetic_rate(machine, dtype, "gemm"),
+        cups=rate(per_example_work, seconds) if timing.phase == "train" else 0.0,
+        cps=rate(per_example_work, seconds) if timing.phase == "forward" else 0.0,
+        model_flops=model_flops, mfu=rate(model_flops, seconds) / timing.peak,
+        hfu=rate(timing.flops, seconds) / timing.peak,
+        micro_batch={"seconds": micro, "examples": examples, "tokens": tokens,
+                     "examples_per_second": rate(examples, micro), "tokens_per_second": rate(tokens, micro)},
+        optimizer_step={"seconds": seconds, "optimizer_seconds": update,
+                        "optimizer_share": update / seconds if seconds > 0 else 0.0,
+                        "examples": k * examples, "tokens": k * tokens,
+                        "examples_per_second": rate(k * examples, seconds),
+                        "tokens_per_second": rate(k * tokens, seconds)})
+
+
+def _seed(step: Step, machine: Machine) -> Seed:
+    """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine
+    (at its primary dtype's balance), and the whole back-of-the-envelope estimate of the
+    step at the step's own dtype (:mod:`memwall.seed`)."""
+    traffic = activation_traffic(step)
+    estimate = seed_model(step, arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
+                          machine.memory.bandwidth)
+    if traffic is None:
+        return Seed(None, None, estimate)
+    return Seed(traffic["a"], d_min(traffic["a"], machine.balance()), estimate)
+
+
+def capacity_warning(peak: int, machine: Machine, where: str = "the step") -> str:
+    return (f"{where} needs {peak} bytes at its peak but {machine.id} has {machine.memory.capacity} bytes of "
+            "main memory; simulated as if it fitted")
+
+
+def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
+    out = [] if fits else [capacity_warning(peak, machine)]
+    dtype = step.kernels[0].dtype if step.kernels else None
+    if dtype and word_widening(machine, dtype) > 1:
+        out.append(f"{machine.id} has no floating point narrower than its {machine.timing.params.get('word_bytes', 8)}"
+                   f"-byte word: each {dtype} element moves as a whole word (bytes and memory time count words; "
+                   f"the ledger counts {dtype})")
+    return out
+
+
+def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int = 1, replicas: int = 1) -> dict:
+    """Decode and prefill: tokens per second (all sequences of all ``replicas``), per device,
+    seconds per output token, time to first token, and the largest batch at this context
+    whose weights and cache fit."""
+    cfg = step.config
+    tokens = step.tokens * replicas  # decode: one a sequence; prefill: the prompts
+    led = step.ledger
+    per_seq = led.kv_cache / cfg.batch
+    rest = led.peak - led.kv_cache  # weights, the step's workspace (held at their peak)
+    fit = int((capacity - rest) // per_seq) if per_seq and capacity > rest else 0
+    rate = tokens / seconds if seconds > 0 else 0.0
+    out = {
+        "context": cfg.context,
+        "weights": cfg.weights or cfg.dtype,
+        "kv_dtype": cfg.kv_dtype or cfg.dtype,
+        # int4's groups: weights a scale covers and the zero points' type (None for other weights)
+        "weight_group": cfg.group_format[0] if cfg.group_format else None,
+        "weight_zero": (cfg.weight_zero or "none") if cfg.group_format else None,
+        "tokens_per_second": rate,
+        "kv_cache_bytes_per_sequence": per_seq,
+        "max_batch_that_fits": fit,
+    }
+    if devices > 1:
+        out["tokens_per_second_per_device"] = rate / devices
+    if cfg.phase == "decode":
+        out["seconds_per_token"] = seconds  # each sequence gets one token per step
+    else:
+        out["time_to_first_token"] = seconds  # the prompt's pass ends with the first token's logits
+    return out
+
+
+def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Result:
+    """The result of one device's ``timing`` of ``step`` (the whole step on one device, or
+    the slowest device's share, which :mod:`memwall.run.devices` then widens)."""
+    machine = timing.machine
+    seconds = timing.seconds
+    dtype = step.kernels[0].dtype if step.kernels else case.dtype
+    ledger = step.ledger.as_dict()
+    fits = ledger["peak"] <= machine.memory.capacity
+    warnings = _warnings(machine, step, ledger["peak"], fits)
+    if fallback is not None:
+        warnings.append(fallback["warning"])
+    cfg = step.config
+    return Result(Groups(
+        identity=Identity(machine=machine.id, machine_name=machine.name, year=machine.year, kind=machine.kind,
+                          balance=machine.balance(), network=case.network,
+                          gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
+                          checkpoint=case.checkpoint, updates=case.updates, phase=timing.phase, dtype=dtype),
+        time=Time(seconds=seconds, stall_fraction=sum(timing.stall.values()) / seconds if seconds > 0 else 0.0,
+                  bound=timing.bound, bound_class=timing.bound_class, memory_ratio=timing.memory_ratio,
+                  verdict=verdict(timing), dispatch=_dispatch(timing), time_by_component=timing.time_by_component,
+                  cycles=_breakdown(timing.compute, timing.overhead, timing.stall, machine.clock_hz)),
+        rates=_rates(step, timing, dtype),
+        training=Training(accumulate=cfg.accumulate, fusion=cfg.fusion,
+                          attention=step.network.attention if step.network.is_sequence else None,
+                          grad_dtype=cfg.gradient_dtype if cfg.training else None),
+        bytes=timing.bytes,
+        ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}),
+        kernels=_kernel_rows(timing),
+        seed=_seed(step, machine),
+        devices=Devices(devices=1, parallel=case.parallel.as_dict(), interconnect_bytes=0),
+        warnings=warnings,
+        serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,
+        dtype_fallback={k: v for k, v in fallback.items() if k != "warning"} if fallback is not None else None,
+    ))

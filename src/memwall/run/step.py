@@ -1,0 +1,39 @@
+"""The step a case runs: the network and configuration its options name, built.
+
+Owns: :func:`build_case_step` (a single product, or a network's training or inference
+step), the network a case runs (its preset with the case's attention kernels) and the
+training configuration its step options make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from ..errors import InputError
+from ..networks import Network, load_network, with_attention
+from ..options import Case
+from ..workloads.config import TrainingConfig
+from ..workloads.step import Step, build_step, gemm_step
+
+
+def build_case_step(case: Case) -> Step:
+    """The step a case runs: a single product, or a network's training or inference step."""
+    if (case.gemm is None) == (case.network is None):
+        raise InputError("a case names exactly one of a network and a GEMM", field="network")
+    if case.gemm is not None:
+        m, n, k = case.gemm
+        return gemm_step(m, n, k, case.dtype or "fp32")
+    network = case_network(case)
+    return build_step(network, case_config(case, network))
+
+
+def case_network(case: Case) -> Network:
+    """The network a case runs: its preset, with the case's attention kernels if it names them."""
+    return with_attention(load_network(case.network), case.attention)
+
+
+def case_config(case: Case, network: Network) -> TrainingConfig:
+    """The training configuration a network case runs: every step option the configuration
+    declares, the network's own dtype unless the case names one."""
+    values = {f.name: getattr(case, f.name) for f in fields(TrainingConfig)}
+    return TrainingConfig(**{**values, "dtype": case.dtype or network.dtype})

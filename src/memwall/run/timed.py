@@ -1,0 +1,120 @@
+"""A replayed step timed: the engine's counters through the machine's timing model.
+
+Owns: :func:`simulate_step` (each kernel's counters, with the demand its streams issue,
+to a :class:`memwall.timing.KernelTiming`; the dispatch streams over them) and
+:func:`accumulated` (one optimizer step from one replayed micro-batch step), and what
+runs when the machine has no arithmetic of the step's dtype (:func:`dtype_fallback`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..engine import HierarchyCounters
+from ..errors import InputError
+from ..profiles import Machine
+from ..timing import (
+    KernelTiming,
+    StepTiming,
+    apply_dispatch,
+    arithmetic_rate,
+    rate_dtype,
+    time_kernel,
+    traffic_from_counters,
+    word_widening,
+)
+from ..workloads.step import Step
+from .plan import ReplayPlan, plan_replay
+from .replay import _demand, replay_step
+
+
+def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
+                  progress: Callable[[int], Any] | None = None, dispatch: str | None = None,
+                  counters: list[HierarchyCounters] | None = None) -> StepTiming:
+    """Replay every kernel of a step through the machine's caches and time it.
+
+    What is replayed (warm-up pass, sampling) is :func:`plan_replay`'s; ``progress``, if
+    given, is called with the line lookups of each piece as it finishes. ``dispatch``
+    names the mode kernels are issued in (None: the profile's default). ``counters``,
+    if given, are a replay of this step on a machine with the same :func:`engine_fields`
+    (:func:`replay_step`'s answer), used instead of replaying again.
+    """
+    plan = plan or plan_replay(machine, step, exact=exact)
+    if counters is None:
+        counters = replay_step(machine, plan, progress)
+    timings: list[KernelTiming] = []
+    for kernel, low, counts in zip(step.kernels, plan.lowered, counters, strict=True):
+        reads, writes, nbytes, inner = _demand(low)
+        traffic = traffic_from_counters(
+            machine,
+            counts,
+            demand_reads=reads,
+            demand_writes=writes,
+            demand_bytes=nbytes,
+            inner_iterations=inner,
+            vector_instructions=low.vector_instructions,
+            parallel_units=low.parallel_units,
+        )
+        timings.append(
+            time_kernel(
+                machine,
+                name=kernel.name,
+                phase=kernel.phase,
+                op=kernel.op,
+                dtype=kernel.dtype,
+                flops=kernel.flops,
+                ops=dict(kernel.ops),
+                traffic=traffic,
+                repeat=kernel.repeat,
+                dims=kernel.dims,
+            )
+        )
+    return StepTiming(
+        machine=machine,
+        kernels=timings,
+        iterations=step.iterations,
+        examples=step.examples,
+        connections=step.connections,
+        phase=step.config.phase,
+        # the datasheet peak: MFU, HFU and fraction_of_peak are quoted against it
+        peak=arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
+        dispatch=apply_dispatch(machine, timings, step.iterations, dispatch),
+    )
+
+
+def accumulated(timing: StepTiming, k: int) -> StepTiming:
+    """One optimizer step from one replayed micro-batch step: every kernel but the update K times.
+
+    The micro-batch kernels and the update were replayed once each; repeating the
+    micro-batch K times is a count, not K more replays (the caches see the same kernels
+    again)."""
+    if k == 1:
+        return timing
+    kernels = [t if t.phase == "update" else replace(
+        t, flops=t.flops * k, repeat=t.repeat * k, compute=t.compute * k, overhead=t.overhead * k,
+        stall={n: v * k for n, v in t.stall.items()}, bytes={n: v * k for n, v in t.bytes.items()})
+        for t in timing.kernels]
+    out = replace(timing, kernels=kernels, examples=timing.examples * k)
+    # K micro-batches issue K times the kernels: the dispatch streams follow the counts.
+    out.dispatch = apply_dispatch(timing.machine, kernels, timing.iterations,
+                                  timing.dispatch.mode if timing.dispatch is not None else None)
+    return out
+
+
+def dtype_fallback(machine: Machine, step: Step, *, asked: bool, allow: bool) -> dict | None:
+    """None if the machine runs the step's products in their own dtype; else what runs
+    instead, with the warning to show. A dtype the user ``asked`` for is refused unless
+    ``allow``: a machine without bf16 does not silently become an fp32 run."""
+    dtype = step.kernels[0].dtype if step.kernels else None
+    if dtype is None or machine.peak_flops.get(dtype):
+        return None
+    used = rate_dtype(machine, dtype)
+    said = (f"{machine.id} has no {dtype} arithmetic (it states {', '.join(sorted(machine.peak_flops))})")
+    if asked and not allow:
+        raise InputError(f"{said}; choose one of those, or pass --allow-fallback to run the products at "
+                         f"its {used} rate", field="--dtype")
+    return {"requested": dtype, "used": used,
+            "warning": f"{said}: the products run at its {used} rate"
+                       + ("" if word_widening(machine, dtype) > 1 else f"; the data move as {dtype}")}
