@@ -84,29 +84,32 @@ def _import_nodes(statements: Iterable[ast.AST]) -> Iterator[ast.Import | ast.Im
                 yield from _import_nodes(inner)
 
 
-def module_imports(name: str, source: str | bytes, top: Path, *, is_package: bool = False) -> set[str]:
-    """The memwall modules that module *name* imports (statically), given its *source*.
+def module_imports(name: str, source: str | bytes, top: Path, *, is_package: bool = False) -> dict[str, int]:
+    """The memwall modules that module *name* imports (statically), given its *source*,
+    each with the line of its first import.
 
     ``import memwall.a.b`` imports ``memwall.a.b``; ``from M import x`` imports ``M`` and,
     when ``M.x`` is a module under *top*, ``M.x`` too. Relative imports resolve against
     *name*'s package (*name* itself when *is_package*, an ``__init__.py``): so
     ``from .. import x`` in ``memwall.cli.machines`` imports ``memwall``, the package root."""
     package = name if is_package else name.rpartition(".")[0]
-    found: set[str] = set()
+    found: dict[str, int] = {}
     for node in _import_nodes(ast.parse(source).body):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-            continue
-        if node.level:
-            parts = package.split(".")
-            base = ".".join(parts[:len(parts) - node.level + 1])
-            module = f"{base}.{node.module}" if node.module else base
+            names = [alias.name for alias in node.names]
         else:
-            module = node.module or ""
-        found.add(module)
-        found.update(f"{module}.{alias.name}" for alias in node.names
-                     if module_path(f"{module}.{alias.name}", top) is not None)
-    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            names = [module, *(f"{module}.{alias.name}" for alias in node.names
+                               if module_path(f"{module}.{alias.name}", top) is not None)]
+        for m in names:
+            if m == PACKAGE or m.startswith(PACKAGE + "."):
+                found.setdefault(m, node.lineno)
+    return found
 
 
 def _parents(name: str) -> Iterator[str]:
