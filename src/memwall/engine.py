@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _csim
+import memwall._csim as _csim  # the module, not through memwall/__init__ (tests/test_imports.py)
+
 from .errors import InputError
 from .levels import LevelSpec, load_hierarchy_file, parse_level
 from .streams import LoopNest

@@ -37,7 +37,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from . import _textparse
+import memwall._textparse as _textparse  # the module, not through memwall/__init__ (tests/test_imports.py)
+
 from .errors import InputError
 
 FORMATS = ("din", "xdin", "lackey", "npz")

@@ -41,7 +41,7 @@ from .probe import (
 
 def _probe() -> Any:
     try:
-        from .. import _probe as probe
+        import memwall._probe as probe  # the module, not through memwall/__init__
     except ImportError as err:  # reported, never replaced by slow Python loops
         raise InputError(f"the host probe memwall._probe is not built ({err}); "
                          "run 'python setup.py build_ext --inplace' or reinstall memwall") from None
