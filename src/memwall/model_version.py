@@ -30,9 +30,9 @@ __all__ = ["MODEL_VERSION", "ROOTS", "model_files", "model_version", "module_imp
 PACKAGE = "memwall"
 
 # The run layer: the modules that turn a case into a result. A package stands for every
-# module in it; a root whose file does not exist is skipped. Today: the run package
-# (case -> step -> plan -> replay -> time, the row), the case runner it is moving out of,
-# and the sweep, which builds the cases and their keys; drop a root once it is gone.
+# module in it; a root whose file does not exist is skipped. Today: the run package (case
+# -> step -> plan -> replay -> time -> result, and the results row); a module outside it
+# that shapes a result (a case's defaults, a key) must be reached from it or listed here.
 ROOTS: tuple[str, ...] = ("memwall.run",)
 
 
