@@ -130,8 +130,8 @@ def model_files(top: Path, roots: Iterable[str] = ROOTS) -> dict[str, Path]:
     seen: dict[str, Path] = {}
     while todo:
         name = todo.pop()
-        path = module_path(name, top)
-        if name in seen or path is None:
+        path = None if name in seen else module_path(name, top)
+        if path is None:
             continue
         seen[name] = path
         todo.extend(_parents(name))
