@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from memwall.errors import InputError
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.simulate import Case, run_case
+from memwall.run import Case, run_case
 from memwall.timing import arithmetic_rate
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step
@@ -150,12 +149,12 @@ def test_decode_of_a_network_without_a_cache_is_refused():
 
 
 def test_sweep_options_take_comma_lists():
+    from memwall.cli import build_parser
     from memwall.cli.sweep import build_cases
 
-    args = argparse.Namespace(machines=["h100-sxm"], networks=["gpt2-small"], batches=["1,8"], checkpoint=None,
-                              quick=False, updates=None, phase=["decode"], optimizer=None, dtype=None, seq_len=None,
-                              context=["128,1024"], weights=["int8,int4"], kv_dtype=None)
-    cases = build_cases(args)
+    args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small", "--batches",
+                                      "1,8", "--phase", "decode", "--context", "128,1024", "--weights", "int8,int4"])
+    cases = build_cases(args).cases
     assert len(cases) == 2 * 2 * 2
     assert {(c.batch, c.context, c.weights) for c in cases} == {(b, c, w) for b in (1, 8) for c in (128, 1024)
                                                                 for w in ("int8", "int4")}
@@ -172,7 +171,7 @@ def test_a_llama3_70b_decode_step_at_batch_64_and_context_8192_is_timed_in_under
 
 # ---- where batching decode turns compute-bound -------------------------------------------------
 def test_decode_turns_compute_bound_at_a_batch_and_the_cache_overtakes_the_weights_at_another():
-    from memwall.experiments.serving import decode_crossovers
+    from memwall.study.serving import decode_crossovers
 
     case = Case(machine="h100-sxm", network="llama3-8b", phase="decode", context=16, kv_dtype="int4")
     out = decode_crossovers(case)

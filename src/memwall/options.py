@@ -295,16 +295,6 @@ def make_case(machine: str, network: str | None = None, gemm: Sequence[int] | No
 # The command line
 
 
-def _one(option: Option) -> Any:
-    def convert(text: str) -> Any:
-        try:
-            return option.parse(text)
-        except InputError as e:
-            raise argparse.ArgumentTypeError(e.reason) from None
-    convert.__name__ = option.name  # argparse names the type in its message
-    return convert
-
-
 def _help(option: Option, lists: bool) -> str:
     text = option.help or option.field.doc
     if option.field.choices and not option.help:
@@ -332,8 +322,9 @@ def add_case_arguments(parser: argparse.ArgumentParser | Any, *, lists: bool = F
             group.add_argument(option.flag, dest=option.name, nargs="+", metavar=metavar,
                                default=argparse.SUPPRESS, help=_help(option, True))
         else:
-            group.add_argument(option.flag, dest=option.name, type=_one(option), default=argparse.SUPPRESS,
-                               metavar=metavar, help=_help(option, False))
+            # Read as text and checked by make_case, so a bad value is one InputError line, as from a file.
+            group.add_argument(option.flag, dest=option.name, default=argparse.SUPPRESS, metavar=metavar,
+                               help=_help(option, False))
 
 
 def given_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,34 +1,159 @@
 """One case's results row and its key.
 
-Owns: the leading columns of ``results.csv`` (:data:`COLUMNS`), the key a stored result
+Owns: the results row declared once (:data:`ROW`: each column's type, unit, label and
+doc), from which ``results.csv``'s leading columns (:data:`COLUMNS`), the store's row
+check (:func:`row_problem`) and the report's table follow; the key a stored result
 is found by (:func:`case_key`: a hash of the machine profile, the network, the case and
-the model version), turning one :func:`memwall.simulate.run_case` result into one flat
+the model version), turning one :func:`memwall.run.run_case` result into one flat
 results row (:func:`make_row`), and the order rows are written in (:func:`row_order`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..experiments.store import dumps
 from ..model_version import MODEL_VERSION
 from ..study.identity import machine_info, network_info
 
 if TYPE_CHECKING:
-    from ..simulate import Case
+    from ..options import Case
 
-# The leading columns of results.csv, in this order; per-level columns follow.
-COLUMNS = (
-    "machine", "name", "year", "kind", "synthetic", "bandwidth", "balance", "machine_balance",
-    "network", "batch", "tokens", "checkpoint", "updates", "phase", "optimizer", "dtype",
-    "seq_len", "status", "error", "seconds", "stall_fraction", "fraction_of_peak", "cups",
-    "flops", "achieved_flops", "peak_flops", "bound", "cycles_total", "compute_fraction",
-    "overhead_fraction", "dispatch", "bound_class", "memory_ratio", "dispatch_fraction",
-    "accumulate", "fusion", "attention", "mfu", "hfu", "weights_on_chip", "seed_seconds", "seed_memory_ratio",
-    "seed_fraction_of_peak", "a", "d_min",
+@dataclass(frozen=True)
+class Column:
+    """One column of the results row: its type (``text``, ``int``, ``number``, ``flag``), unit,
+    a table's short label, and what it holds. ``required``: every row a sweep writes has it
+    (of that type); the others are that type or null. ``leading``: among the leading
+    columns of results.csv, in declared order (the rest follow as rows have them)."""
+
+    name: str
+    type: str
+    unit: str
+    label: str
+    doc: str
+    required: bool = False
+    leading: bool = True
+
+
+TYPES = {"text": (str,), "int": (int,), "number": (int, float), "flag": (bool,)}
+
+ROW: tuple[Column, ...] = (
+    Column("machine", "text", "", "machine", "profile id (BASE@bw=B/s for a synthetic bandwidth)", required=True),
+    Column("name", "text", "", "name", "the machine's name"),
+    Column("year", "int", "", "year", "the machine's year", required=True),
+    Column("kind", "text", "", "kind", "scalar, superscalar, vector, gpu, tpu, wafer", required=True),
+    Column("synthetic", "flag", "", "synthetic", "a machine of the synthetic bandwidth sweep"),
+    Column("bandwidth", "number", "B/s", "bandwidth", "main memory bandwidth"),
+    Column("balance", "number", "FLOP/B", "balance", "peak FLOP/s of the case's dtype per main-memory byte/s"),
+    Column("machine_balance", "number", "FLOP/B", "machine balance", "the primary dtype's balance"),
+    Column("network", "text", "", "network", "network preset (null for a GEMM)", required=True),
+    Column("batch", "int", "", "batch", "examples (sequences) per step", required=True),
+    Column("tokens", "int", "", "tokens", "tokens per step (examples for non-sequence networks)"),
+    Column("checkpoint", "text", "", "checkpoint", "activation checkpointing", required=True),
+    Column("updates", "text", "", "updates", "per-example or minibatch", required=True),
+    Column("phase", "text", "", "phase", "train, forward, decode, prefill", required=True),
+    Column("optimizer", "text", "", "optimizer", "the optimizer"),
+    Column("dtype", "text", "", "dtype", "the arithmetic type"),
+    Column("seq_len", "int", "tokens", "seq", "tokens per sequence (1 for decode, the prompt for prefill)"),
+    Column("status", "text", "", "status", "ok or error", required=True),
+    Column("error", "text", "", "error", "why the case failed"),
+    Column("seconds", "number", "s", "time", "one step (one optimizer step with accumulation)"),
+    Column("stall_fraction", "number", "", "stall", "stall cycles / total cycles"),
+    Column("fraction_of_peak", "number", "", "% peak", "achieved FLOP/s / datasheet peak"),
+    Column("cups", "number", "CUPS", "CUPS", "connection updates per second (training only)"),
+    Column("flops", "number", "FLOP", "FLOPs", "FLOPs per step"),
+    Column("achieved_flops", "number", "FLOP/s", "FLOP/s", "FLOPs / seconds"),
+    Column("peak_flops", "number", "FLOP/s", "peak", "the datasheet peak of the case's dtype"),
+    Column("bound", "text", "", "bound", "the largest component of the step's time"),
+    Column("cycles_total", "number", "cycles", "cycles", "the step's cycles"),
+    Column("compute_fraction", "number", "", "compute", "compute cycles / total"),
+    Column("overhead_fraction", "number", "", "overhead", "overhead cycles / total"),
+    Column("dispatch", "text", "", "dispatch", "eager, graph or compiled"),
+    Column("bound_class", "text", "", "bound class", "compute, memory, dispatch, startup, interconnect, bubble"),
+    Column("memory_ratio", "number", "", "mem/arith", "memory time / arithmetic time (1 is the flip)"),
+    Column("dispatch_fraction", "number", "", "dispatch share", "dispatch time / step time"),
+    Column("accumulate", "int", "", "accumulate", "micro-batches per optimizer step"),
+    Column("fusion", "text", "", "fusion", "kernel fusion"),
+    Column("attention", "text", "", "attention", "attention kernels asked for (null: the network's own)"),
+    Column("mfu", "number", "", "MFU", "model FLOPs utilisation"),
+    Column("hfu", "number", "", "HFU", "hardware FLOPs utilisation"),
+    Column("weights_on_chip", "flag", "", "weights on chip", "the weights fit in the largest on-chip level"),
+    Column("seed_seconds", "number", "s", "seed time", "the seed model's estimate of the step"),
+    Column("seed_memory_ratio", "number", "", "seed mem/arith", "the seed model's memory ratio"),
+    Column("seed_fraction_of_peak", "number", "", "seed % peak", "the seed model's fraction of peak"),
+    Column("a", "number", "B", "a", "the seed's activation traffic a, B per d per token per layer"),
+    Column("d_min", "number", "", "d_min", "the seed's pole d_min = a.beta/72"),
+    # Multi-device rows only
+    Column("dp", "int", "", "dp", "data-parallel replicas", leading=False),
+    Column("tp", "int", "", "tp", "tensor-parallel devices", leading=False),
+    Column("pp", "int", "", "pp", "pipeline stages", leading=False),
+    Column("ep", "int", "", "ep", "expert-parallel group", leading=False),
+    Column("zero", "int", "", "zero", "ZeRO stage", leading=False),
+    Column("devices", "int", "", "devices", "dp x tp x pp", leading=False),
+    Column("interconnect_fraction", "number", "", "interconnect", "exposed link time / step", leading=False),
+    Column("bubble_fraction", "number", "", "bubble", "pipeline bubble / step", leading=False),
+    Column("interconnect_bytes", "number", "B", "sent", "bytes a device sends a step", leading=False),
+    # Serving rows only
+    Column("context", "int", "tokens", "context", "tokens in each sequence's KV cache (the prompt for prefill)",
+           leading=False),
+    Column("weights", "text", "", "weights", "the weights' stored type", leading=False),
+    Column("kv_dtype", "text", "", "KV dtype", "the KV cache's type", leading=False),
+    Column("weight_group", "int", "", "group", "weights a group scale covers", leading=False),
+    Column("weight_zero", "text", "", "zero points", "the groups' zero points", leading=False),
+    Column("tokens_per_second", "number", "tokens/s", "tokens/s", "every device's tokens per second",
+           leading=False),
+    Column("tokens_per_second_per_device", "number", "tokens/s", "tokens/s/device", "tokens per second per device",
+           leading=False),
+    Column("seconds_per_token", "number", "s", "s/token", "decode: seconds per output token", leading=False),
+    Column("time_to_first_token", "number", "s", "TTFT", "prefill: time to the first token", leading=False),
+    Column("max_batch_that_fits", "int", "", "max batch", "the largest batch whose weights and cache fit",
+           leading=False),
+    Column("kv_cache_bytes", "number", "B", "KV cache", "the KV cache's bytes", leading=False),
 )
+BY_COLUMN: dict[str, Column] = {c.name: c for c in ROW}
+# Per memory level: stall_<level> (stall cycles / total) and bytes_<level> (bytes moved).
+LEVEL_COLUMNS = {"stall_": Column("stall_", "number", "", "stall", "stall cycles at the level / total"),
+                 "bytes_": Column("bytes_", "number", "B", "bytes", "bytes moved at the level")}
+# The leading columns of results.csv, in this order; the others follow as rows have them.
+COLUMNS = tuple(c.name for c in ROW if c.leading)
+
+
+def column(name: str) -> Column | None:
+    """The declaration of a row's column (a level's stall or bytes column included)."""
+    if name in BY_COLUMN:
+        return BY_COLUMN[name]
+    return next((c for prefix, c in LEVEL_COLUMNS.items() if name.startswith(prefix)), None)
+
+
+def row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, reason) for the first field of a row a sweep could not have written: a
+    required column missing or of another type, or any column neither null nor its type
+    (numbers finite)."""
+    for c in ROW:
+        if c.required:
+            value = row.get(c.name)
+            allowed = TYPES[c.type] + ((type(None),) if c.name == "network" else ())
+            if c.name not in row or isinstance(value, bool) != (c.type == "flag") or not isinstance(value, allowed):
+                return c.name, "missing" if c.name not in row else f"{type(value).__name__} {value!r}"
+    if row["status"] not in ("ok", "error"):
+        return "status", f"{row['status']!r}, neither 'ok' nor 'error'"
+    for name, value in row.items():
+        c = column(name)
+        if value is None or (c is not None and c.required):
+            continue
+        kind = c.type if c is not None else "number"
+        ok = isinstance(value, TYPES[kind]) and (kind == "flag") == isinstance(value, bool)
+        if ok and kind == "number":
+            ok = math.isfinite(value)
+        if not ok:
+            return name, f"{type(value).__name__} {value!r}"
+    return None
+
+
 # Case fields added after results were first stored: left out of a case's key at their
 # default, so results stored before them are still found.
 _LATER_DEFAULTS = {"accumulate": 1, "fusion": "none", "grad_dtype": None}
@@ -40,7 +165,7 @@ def case_key(case: Case) -> str:
     net = network_info(case.network).fingerprint if case.network else None
     fields = {k: v for k, v in case.as_dict().items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
     payload = {"model": MODEL_VERSION, "case": fields, "machine": m.fingerprint, "network": net}
-    return hashlib.sha256(dumps(payload).encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
@@ -65,14 +190,14 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         row.update({k: getattr(case, k) for k in ("dp", "tp", "pp", "ep", "zero")}, devices=case.parallel.devices)
     if error or result is None:
         return row
-    # result is memwall.simulate.result_dict's: every key below is always there.
+    # result is memwall.run.result.Result's: every key below is always there.
     cycles = result["cycles"]
     total = float(cycles["total"])
     row.update({
         "seconds": float(result["seconds"]),
         "stall_fraction": float(result["stall_fraction"]),
         "fraction_of_peak": float(result["fraction_of_peak"]),
-        "cups": float(result["cups"]),
+        "cups": float(result["cups"]) if case.phase == "train" else None,  # CUPS count training updates
         "flops": float(result["flops"]),
         "achieved_flops": float(result["achieved_flops"]),
         "peak_flops": float(result["peak_flops"]),
@@ -110,6 +235,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "weight_group", "weight_zero",
                                                 "tokens_per_second",
                                                 "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
+        if "tokens_per_second_per_device" in serving:  # several devices: every device's tokens, and per device
+            row["tokens_per_second_per_device"] = serving["tokens_per_second_per_device"]
         row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
     for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)
