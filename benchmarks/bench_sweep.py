@@ -19,6 +19,7 @@ from pathlib import Path
 
 from memwall.experiments import sweep as sw
 from memwall.simulate import run_case
+from memwall.study.design import study
 
 
 def _own_replay(case, machine=None):  # noqa: ANN001, ANN202 - a sweep runner
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the quick study (39 cases) instead of the full one")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    cases = sw.study(quick=args.quick)
+    cases = study(quick=args.quick)
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from memwall.experiments import sweep as sw
+from memwall.study.design import study
 
 
 def parse(description: str) -> argparse.Namespace:
@@ -18,4 +19,4 @@ def parse(description: str) -> argparse.Namespace:
 
 def study_rows(args: argparse.Namespace) -> list[dict]:
     """The default study's rows; cases already in ``args.out`` are reused, not rerun."""
-    return sw.run_sweep(sw.study(quick=args.quick), args.out, jobs=args.jobs).rows
+    return sw.run_sweep(study(quick=args.quick), args.out, jobs=args.jobs).rows

@@ -56,14 +56,14 @@ def sweep_cases() -> list:
     H100 on classic networks per-example (batches 1 and 2 on the old ones), the H100's
     batch window and a decode at two batches, and the H100 with its memory bandwidth over
     four decades."""
-    from memwall.experiments import sweep as sw
+    from memwall.study import design
 
     old, new, nets = ["vax-11-780", "cray-1"], "h100-sxm", ["nettalk", "encoder-8-3-8"]
-    cases = sw.product(old, nets, [1, 2], updates="per-example")
-    cases += sw.product([new], nets, [1], updates="per-example")
-    cases += sw.product([new], ["gpt2-small"], [1, 4], seq_len=16)
-    cases += sw.product([new], ["gpt2-small"], [1, 4], phase="decode", context=16)
-    cases += sw.product(sw.synthetic_machines(new, decades=4, per_decade=1), nets[:1], [1],
+    cases = design.product(old, nets, [1, 2], updates="per-example")
+    cases += design.product([new], nets, [1], updates="per-example")
+    cases += design.product([new], ["gpt2-small"], [1, 4], seq_len=16)
+    cases += design.product([new], ["gpt2-small"], [1, 4], phase="decode", context=16)
+    cases += design.product(design.synthetic_machines(new, decades=4, per_decade=1), nets[:1], [1],
                         updates="per-example")
     return cases
 

@@ -164,8 +164,8 @@ def test_the_lowering_counts_a_products_tiles_split_along_k_while_they_are_few()
 
 
 def test_a_measurement_may_name_its_dispatch_mode(tmp_path):
-    from memwall.experiments.measurements import load_measurement_file
-    from memwall.experiments.validate import case_for
+    from memwall.study.measurements import load_measurement_file
+    from memwall.study.validation import case_for
 
     table = ('[[measurement]]\nid = "x"\nmachine = "h100-sxm"\nmetric = "flops"\nvalue = 1e12\nsource = "s"\n'
              'reliability = "low"\nnotes = "n"\ngemm = "64,64,64"\ndtype = "fp32"\n')

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from memwall.experiments import sweep as sw
+from memwall.study import design
 
 pytest.importorskip("dask.distributed")
 
@@ -50,7 +51,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_sweep_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
-    cases = sw.product(MACHINES, NETWORKS, BATCHES)  # what the command line below asks for
+    cases = design.product(MACHINES, NETWORKS, BATCHES)  # what the command line below asks for
     local = sw.run_sweep(cases, tmp_path / "local", jobs=1, progress=False)  # the reference, here
     assert not local.failed
 

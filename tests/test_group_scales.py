@@ -91,8 +91,8 @@ def test_group_options_are_refused_where_no_groups_are_stored():
 def test_sweep_runs_each_group_format_and_measurements_take_them(tmp_path):
     from memwall.cli import build_parser
     from memwall.cli.sweep import build_cases
-    from memwall.experiments.measurements import load_measurements
-    from memwall.experiments.validate import case_for
+    from memwall.study.measurements import load_measurements
+    from memwall.study.validation import case_for
 
     args = build_parser().parse_args(["sweep", "--machines", "a100-sxm", "--networks", "llama2-7b", "--phase",
                                       "decode", "--context", "105", "--weights", "int4", "--weight-group", "32,128",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memwall.errors import InputError
-from memwall.experiments.measurements import (
+from memwall.study.measurements import (
     CHECKS,
     METRICS,
     RELIABILITIES,
@@ -133,7 +133,7 @@ def _refused(tmp_path: Path, good: str, edit: tuple[str, str]) -> tuple[Path, In
         (('notes = "a note"', "notes = 3"), "notes", "must be a string"),
         (('metric = "flops"', 'metric = "cups"\nvalue2 = 1'), "value2", "unknown key"),
         (('notes = "a note"', 'notes = "a note"\ncheck = "maybe"'), "check", "unknown value 'maybe'"),
-        (('notes = "a note"', 'notes = "a note"\nbatch = 4'), "batch", "does not apply to a single 'gemm'"),
+        (('notes = "a note"', 'notes = "a note"\nbatch = 4'), "batch", "does not apply to a single GEMM"),
         (('notes = "a note"', 'notes = "a note"\nnetwork = "nettalk"'), "gemm", "exactly one workload"),
         (('metric = "flops"\nvalue = "4.88 TFLOP/s"', 'metric = "cups"\nvalue = 5'), "metric", "'flops' or 'seconds'"),
         (('notes = "a note"', 'notes = "a note"\nyear = "1989"'), "year", "must be an integer"),
@@ -163,7 +163,7 @@ def test_gemm_table_refused_by_field(tmp_path: Path, edit: tuple[str, str], fiel
         (('metric = "cups"', 'metric = "cups"\noptimizer = "lbfgs"'), "optimizer", "unknown value 'lbfgs'"),
         (('machine = "cm-2"\n', ""), "machine", "missing required field 'machine'"),
         (('network = "nettalk"\n', ""), "network", "exactly one workload"),
-        (('metric = "cups"', 'metric = "cups"\nweight_group = 32'), "weight_group", "stored with group scales"),
+        (('metric = "cups"', 'metric = "cups"\nweight_group = 32'), "weight_group", "does not apply to phase train"),
         (('metric = "cups"', 'metric = "cups"\nweight_group = 0'), "weight_group", "at least 1"),
         (('metric = "cups"', 'metric = "cups"\nweight_zero = "int3"'), "weight_zero", "unknown value 'int3'"),
     ],

@@ -291,8 +291,8 @@ def _measurement_folder(tmp_path: Path, network: str) -> Path:
 
 
 def test_measurement_network_path_is_read_relative_to_its_file(tmp_path: Path) -> None:
-    from memwall.experiments.measurements import load_measurements
-    from memwall.experiments.validate import case_for
+    from memwall.study.measurements import load_measurements
+    from memwall.study.validation import case_for
 
     _measurement_folder(tmp_path, "networks/tiny.toml")
     (m,) = load_measurements(tmp_path)  # networks/*.toml is not read as a measurement file
@@ -306,7 +306,7 @@ def test_measurement_network_path_is_read_relative_to_its_file(tmp_path: Path) -
 
 @pytest.mark.parametrize("network", ["../tiny.toml", "networks/../../tiny.toml", "/etc/tiny.toml"])
 def test_measurement_network_path_may_not_leave_the_folder(tmp_path: Path, network: str) -> None:
-    from memwall.experiments.measurements import load_measurement_file
+    from memwall.study.measurements import load_measurement_file
 
     inner = tmp_path / "inner"
     inner.mkdir()
@@ -318,7 +318,7 @@ def test_measurement_network_path_may_not_leave_the_folder(tmp_path: Path, netwo
 
 
 def test_measurement_network_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
-    from memwall.experiments.measurements import load_measurement_file
+    from memwall.study.measurements import load_measurement_file
 
     inner = tmp_path / "inner"
     inner.mkdir()
@@ -330,7 +330,7 @@ def test_measurement_network_link_out_of_the_folder_is_refused(tmp_path: Path) -
 
 
 def test_measurement_zero_stage_out_of_range_is_refused(tmp_path: Path) -> None:
-    from memwall.experiments.measurements import load_measurement_file
+    from memwall.study.measurements import load_measurement_file
 
     path = _measurement_folder(tmp_path, "networks/tiny.toml")
     path.write_text(path.read_text().replace("zero = 1", "zero = 4"))
@@ -352,7 +352,7 @@ def test_measurement_networks_are_hashed_with_the_data(tmp_path: Path, monkeypat
 
 
 def test_shipped_multi_device_measurements_name_existing_networks() -> None:
-    from memwall.experiments.measurements import load_measurements
+    from memwall.study.measurements import load_measurements
 
     many = [m for m in load_measurements() if m.tp * m.pp * m.dp > 1]
     assert len(many) >= 3

@@ -28,9 +28,10 @@ from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store
 from memwall.run.row import case_key
 from memwall.simulate import Case
+from memwall.study import design
 
 OLD = "vax-11-780"
-CASES = sw.product([OLD], ["encoder-8-3-8", "nettalk"], [1], updates="per-example")
+CASES = design.product([OLD], ["encoder-8-3-8", "nettalk"], [1], updates="per-example")
 TESTS = Path(__file__).parent
 
 
@@ -140,7 +141,7 @@ def _sweeper(out, cases, log, jobs=1, delay=0.3):
 
 
 def test_two_sweeps_sharing_a_folder_compute_each_case_once(tmp_path):
-    cases = sw.product([OLD], ["encoder-8-3-8"], [1, 2, 3, 4, 5, 6], updates="per-example")
+    cases = design.product([OLD], ["encoder-8-3-8"], [1, 2, 3, 4, 5, 6], updates="per-example")
     log = tmp_path / "log"
     out = tmp_path / "s"
     procs = [_sweeper(out, cases, log, jobs=j) for j in (1, 2)]
@@ -267,10 +268,9 @@ def test_report_output_is_checked_before_any_work(small_sweep, tmp_path, capsys,
 
 
 def test_report_to_a_full_device(small_sweep, capsys, monkeypatch):
-    import memwall.experiments.figures as fg
+    from memwall.study import draw
 
-    monkeypatch.setattr(fg, "write_figures", lambda *a, **k: {})  # the figures are not what is tested
-    monkeypatch.setattr(fg, "NAMES", ())
+    monkeypatch.setattr(draw, "write_figures", lambda *a, **k: {})  # the figures are not what is tested
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
     assert main(["report", str(small_sweep), "-o", "/dev/full"]) == 2
@@ -386,7 +386,7 @@ def test_validate_exits_non_zero_unless_every_case_was_predicted(tmp_path, capsy
 
 
 def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
-    import memwall.experiments.validate as v
+    import memwall.study.validation as v
 
     def boom(case):
         raise OverflowError("int too large to convert")
@@ -478,7 +478,7 @@ def dying_runner(case, machine=None):
 
 
 def test_a_worker_that_dies_fails_its_case_and_the_sweep_goes_on(tmp_path):
-    cases = sw.product([OLD], ["encoder-8-3-8"], [1, 2, 3, 4, 5], updates="per-example")
+    cases = design.product([OLD], ["encoder-8-3-8"], [1, 2, 3, 4, 5], updates="per-example")
     res = sweep(tmp_path / "s", cases, jobs=2, runner=dying_runner)
     assert len(res.rows) == len(cases)
     assert [r["batch"] for r in res.failed] == [3]
@@ -676,7 +676,7 @@ def test_the_sweep_refuses_a_case_over_the_limit_before_any_worker_runs(tmp_path
     ran = []
     monkeypatch.setattr(sw, "_run_here", lambda feeder, *a, **k: ran.append(feeder))
     monkeypatch.setattr(sw, "_run_local", lambda feeder, *a, **k: ran.append(feeder))
-    result = sweep(tmp_path / "s", sw.product([OLD], ["nettalk"], [64]), max_lookups=1000)
+    result = sweep(tmp_path / "s", design.product([OLD], ["nettalk"], [64]), max_lookups=1000)
     assert not ran
     (row,) = result.rows
     assert row["status"] == "error" and "line lookups" in row["error"] and "--max-lookups" in row["error"]

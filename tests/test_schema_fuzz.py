@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from memwall import levels, networks, profiles
 from memwall.data import data_files
 from memwall.errors import InputError
-from memwall.experiments import measurements
+from memwall.study import measurements
 
 ROOT = Path(__file__).parent
 HIERARCHY = ROOT / "data" / "hierarchy" / "three_levels.toml"

@@ -18,12 +18,13 @@ from memwall.experiments import sweep as sw
 from memwall.experiments.store import Store, read_rows
 from memwall.run.row import case_key, make_row
 from memwall.simulate import Case
+from memwall.study import design
 from memwall.study.identity import machine_ids, machine_info
 
 # A few cheap real cases for the tests that need a fresh folder: 1980s machines, classic
 # networks, per-example updates (all of them among the session sweep's cases).
 OLD = "vax-11-780"
-CASES = sw.product([OLD, "cray-1"], ["nettalk", "encoder-8-3-8"], [1, 2], updates="per-example")
+CASES = design.product([OLD, "cray-1"], ["nettalk", "encoder-8-3-8"], [1, 2], updates="per-example")
 
 
 def run(out, cases=CASES, **kw):
@@ -180,8 +181,8 @@ def test_fingerprint_is_what_a_profile_says_not_where_it_lies(tmp_path):
 
 
 def test_synthetic_machines_span_four_decades_of_balance():
-    base = sw._synthetic_base(sw._modern(machine_ids()))
-    specs = sw.synthetic_machines(base, decades=4, per_decade=1)
+    base = design._synthetic_base(design._modern(machine_ids()))
+    specs = design.synthetic_machines(base, decades=4, per_decade=1)
     balances = [machine_info(s).balance() for s in specs]
     assert len(specs) == 5
     assert balances[0] == pytest.approx(1.0, rel=1e-5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memwall.experiments.tricks import TRICK_CASES, TRICKS, ladder, tricks_table
+from memwall.study.tricks import TRICK_CASES, TRICKS, ladder, tricks_table
 
 
 def test_each_trick_adds_to_all_those_before_it():

@@ -2,7 +2,7 @@
 checks, unknown machines reported (never dropped), the CLI and the figure.
 
 Every test but the last injects a predictor, so the comparison is tested without the
-simulator; the last runs the real :func:`memwall.simulate.run_case` on the fast shipped
+simulator; the last runs the real :func:`memwall.run.run_case` on the fast shipped
 cases (single GEMMs and small networks) when the simulator can be imported.
 """
 
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from memwall.errors import InputError
-from memwall.experiments.measurements import Measurement, load_measurements
-from memwall.experiments.validate import (
+from memwall.experiments.validate import validation_figure
+from memwall.study.measurements import Measurement, load_measurements
+from memwall.study.validation import (
     CaseResult,
     case_for,
     format_table,
@@ -26,7 +27,6 @@ from memwall.experiments.validate import (
     summarize,
     to_json,
     validate,
-    validation_figure,
 )
 
 FIXTURES = Path(__file__).parent / "data" / "measurements"
@@ -175,9 +175,9 @@ def test_summary_groups_point_checks_by_era_and_by_machine_kind() -> None:
 
 
 def test_unknown_machine_and_network_are_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memwall.experiments.validate as v
+    import memwall.study.validation as v
 
-    monkeypatch.setattr(v, "_known", lambda kind: {"mach"} if kind == "machine" else {"nettalk"})
+    monkeypatch.setattr(v, "known_ids", lambda kind: {"mach"} if kind == "machine" else {"nettalk"})
     fake = FakePredictor()
     ms = [meas(id="a", machine="transputer-t800", gemm=(1, 1, 1), dtype="fp32"),
           meas(id="b", network="no-such-net", batch=1, metric="cups"),
@@ -229,11 +229,11 @@ def test_shipped_set_with_injected_predictor() -> None:
 # --- CLI and figure ----------------------------------------------------------------------------
 
 def test_cli_json_and_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    import memwall.experiments.validate as v
+    import memwall.study.validation as v
     from memwall.cli import main
 
     monkeypatch.setattr(v, "default_predictor", lambda: FakePredictor(seconds=1e-3))
-    monkeypatch.setattr(v, "_known", lambda kind: None)
+    monkeypatch.setattr(v, "known_ids", lambda kind: None)
     d = tmp_path / "m"
     d.mkdir()
     (d / "one.toml").write_text((SHIPPED_DIR / "deepbench_v100.toml").read_text())

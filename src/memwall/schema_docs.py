@@ -3,7 +3,7 @@
 era_data's READMEs hold generated blocks (``<!-- schema:NAME ... -->``): the machine
 profile (:data:`memwall.profiles.PROFILE`), the stand-alone hierarchy file
 (:data:`memwall.levels.HIERARCHY`), the network preset (:data:`memwall.networks.PRESET`)
-and the measurement file (:data:`memwall.experiments.measurements.FILE`), each rendered by
+and the measurement file (:data:`memwall.study.measurements.FILE`), each rendered by
 :func:`memwall.schema.markdown`. ``python -m memwall.schema_docs --update`` rewrites them
 and ``--check`` says which are stale (a test runs it).
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from . import levels, networks, profiles
 from .data import era_data_dir
 from .errors import InputError
-from .experiments import measurements
 from .schema import markdown
+from .study import measurements
 
 __all__ = ["generated_block", "main", "replace_blocks", "stale_docs"]
 

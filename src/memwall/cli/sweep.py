@@ -1,7 +1,7 @@
 """``memwall sweep``: run many cases in parallel, resumably, then draw the figures.
 
 With no --machines/--networks/--batches/--checkpoint it runs the default study (see
-:func:`memwall.experiments.sweep.study`); with any of them, the product of the given
+:func:`memwall.study.design.study`); with any of them, the product of the given
 axes (unset axes: every machine, the classic networks, batch 1, no checkpointing).
 --accumulate and --fusion multiply any set of cases by every value they list, and so do
 the case options (--optimizer ... --dp --tp --pp --ep --zero): every combination runs.
@@ -94,9 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_cases(args: argparse.Namespace) -> list:
-    from ..experiments import sweep as sw
     from ..run import checks
-    from ..study import identity
+    from ..study import design, identity
 
     machines = _split(args.machines)
     networks = _split(args.networks)
@@ -105,13 +104,13 @@ def build_cases(args: argparse.Namespace) -> list:
     for ck in checkpoints or ():
         checks.check_checkpoint(ck)
     if machines is None and networks is None and batches is None and checkpoints is None:
-        cases = sw.study(quick=args.quick)
+        cases = design.study(quick=args.quick)
     else:
         known = identity.network_ids()
-        default_nets = [n for n in sw.CLASSICS if n in known]
+        default_nets = [n for n in design.CLASSICS if n in known]
         if args.quick:
             default_nets = default_nets[:3]
-        cases = sw.product(
+        cases = design.product(
             machines if machines is not None else identity.machine_ids(),
             networks if networks is not None else default_nets,
             batches if batches is not None else [1],

@@ -3,7 +3,7 @@
 Reads the shipped measurement set (or the ``*.toml`` files of ``--measurements DIR``),
 predicts each with :func:`memwall.simulate.run_case`, and prints one row per case and the
 summary (or, with ``--json``, ``{"cases": [...], "summary": {...}}``). The comparison
-itself lives in :mod:`memwall.experiments.validate`.
+itself lives in :mod:`memwall.study.validation`.
 
 Exit status: 0 when every case was predicted; 1 when any was not (an unknown machine or
 network, or an error), each named on stderr with its reason; 2 when there is nothing to
@@ -36,8 +36,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..experiments.measurements import load_measurements
-    from ..experiments.validate import format_table, summarize, to_json, validate, validation_figure
+    from ..experiments.validate import validation_figure
+    from ..study.measurements import load_measurements
+    from ..study.validation import format_table, summarize, to_json, validate
 
     measurements = load_measurements(args.measurements)
     if not measurements:

@@ -780,7 +780,7 @@ def fig_bytes_per_token(table: Sequence[Mapping[str, Any]]):
 
 
 def _tricks_table() -> list[dict[str, Any]]:
-    from .tricks import tricks_table
+    from ..study.tricks import tricks_table
 
     return tricks_table()
 
@@ -790,8 +790,8 @@ def _tricks_inputs() -> dict[str, Any]:
     import json
 
     from ..study.identity import machine_info, network_info
+    from ..study.tricks import TRICK_CASES, TRICKS
     from .store import dumps
-    from .tricks import TRICK_CASES, TRICKS
 
     return json.loads(dumps({"model": MODEL_VERSION, "tricks": TRICKS, "cases": TRICK_CASES,
                              "machines": {m: machine_info(m).fingerprint for m, _, _, _ in TRICK_CASES},
@@ -802,7 +802,7 @@ def fig_tricks(table: Sequence[Mapping[str, Any]]):
     """Per case (a network on a machine of its era), bars left to right: seconds per token of
     one device and bytes one device holds, with none of the tricks and then each added."""
     if not table:
-        return _empty("tricks", "the ladders of memwall.experiments.tricks")
+        return _empty("tricks", "the ladders of memwall.study.tricks")
     plt = _plt()
     cases = list(dict.fromkeys((r["machine"], r["network"]) for r in table))
     fig, axes = plt.subplots(2, len(cases), figsize=(5.2 * len(cases), 7.5), squeeze=False)
@@ -824,7 +824,7 @@ def fig_tricks(table: Sequence[Mapping[str, Any]]):
         for ax in (top, bottom):
             ax.set_xticks(list(xs), names, rotation=55, ha="right", fontsize=7)
             ax.grid(True, axis="y", which="major", alpha=0.3)
-    _finish(fig, _sources("Each bar adds one trick to all those left of it (memwall.experiments.tricks.TRICKS): batch 8, "
+    _finish(fig, _sources("Each bar adds one trick to all those left of it (memwall.study.tricks.TRICKS): batch 8, "
                           "8 micro-batches per optimizer step, 16-bit arithmetic with fp32 main gradients, full "
                           "fusion, fused attention, checkpointing every layer, ZeRO-3 over 8 data-parallel devices, "
                           "then 4 pipeline stages (x 2 replicas, ZeRO-1). Time per token of one device: a "

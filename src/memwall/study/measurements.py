@@ -14,7 +14,7 @@ twice (in one file or across files) is refused. The fields are declared once
 that declaration.
 
 This module knows nothing of the simulator: turning a measurement into a :class:`Case`
-and comparing the prediction with it is :mod:`memwall.experiments.validate`'s job.
+and comparing the prediction with it is :mod:`memwall.study.validation`'s job.
 """
 
 from __future__ import annotations

@@ -1,0 +1,342 @@
+"""The judge: memwall's predictions against published measurements.
+
+Owns: turning a :class:`~memwall.study.measurements.Measurement` into the :class:`Case` that
+reproduces it (:func:`case_for`), converting a prediction (the ``memwall inspect`` dict)
+into the measurement's metric (:func:`predicted_metric`), the per-case comparison
+(:func:`validate`, one :class:`CaseResult` each), the summary (:func:`summarize`), the
+text table (:func:`format_table`) and the eras the summary groups by (:func:`era_of`).
+Predicting many cases at once, and storing the predictions, is
+:mod:`memwall.execute.validation`'s job.
+
+A measurement whose machine or network memwall does not know is reported with that
+status, never dropped. The predictor is injected (any ``Case -> dict`` function), so the
+comparison is tested without the simulator; by default it is
+:func:`memwall.run.run_case`.
+
+Metric conversions, exactly as computed here (``s`` = predicted seconds of one step,
+``b`` = examples in the step, ``C`` = the network's connections, i.e. weights):
+
+* ``seconds``            = s
+* ``flops``              = the prediction's ``achieved_flops`` (its FLOPs ÷ s)
+* ``samples_per_second`` = b ÷ s
+* ``cups``               = C × b ÷ s   (s of a training step: forward, backward, update)
+* ``cps``                = C × b ÷ s   (s of a forward pass only)
+
+``cups`` and ``cps`` are the prediction's own (it computes C × b ÷ s for the phase it
+ran); where it ran the other phase, C comes from the network preset.
+"""
+
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import InputError
+from ..simulate import Case
+from .measurements import Measurement, is_network_path
+
+Predictor = Callable[[Case], Mapping[str, Any]]
+
+BAND = 2.0  # a prediction within a factor of BAND of the measurement counts as "within 2x"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One measurement and memwall's prediction of it."""
+
+    id: str
+    machine: str
+    workload: str
+    metric: str
+    measured: float
+    predicted: float | None
+    ratio: float | None  # predicted / measured
+    status: str  # ok | unknown machine | unknown network | error
+    check: str  # point | lower-bound-on-prediction | upper-bound-on-prediction
+    bound: str | None  # what memwall says limits the step: 'compute' or a level name
+    reliability: str
+    notes: str
+    explanation: str | None
+    source: str
+    year: int | None
+    error: str | None = None  # the reason, when status is not ok
+    kind: str | None = None  # the machine's kind (gpu, vector, array, ...), for the table by kind
+
+    @property
+    def log2_ratio(self) -> float | None:
+        return None if self.ratio is None else math.log2(self.ratio)
+
+    @property
+    def within_band(self) -> bool | None:
+        """Point checks: within 2x. Bound checks: the bound holds."""
+        if self.ratio is None:
+            return None
+        if self.check == "lower-bound-on-prediction":
+            return self.ratio >= 1.0
+        if self.check == "upper-bound-on-prediction":
+            return self.ratio <= 1.0
+        return 1.0 / BAND <= self.ratio <= BAND
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["log2_ratio"] = self.log2_ratio
+        d["within_band"] = self.within_band
+        return d
+
+
+def case_for(m: Measurement) -> Case:
+    """The simulation that reproduces a measurement's workload."""
+    if m.gemm is not None:
+        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch)
+    return Case(
+        machine=m.machine,
+        network=m.network_file or m.network,
+        batch=m.batch,
+        checkpoint=m.checkpoint,
+        updates=m.updates,
+        phase=m.phase,
+        optimizer=m.optimizer,
+        dtype=m.dtype,
+        seq_len=m.seq_len,
+        dispatch=m.dispatch,
+        accumulate=m.accumulate,
+        fusion=m.fusion,
+        context=m.context,
+        weights=m.weights,
+        kv_dtype=m.kv_dtype,
+        weight_group=m.weight_group,
+        weight_zero=m.weight_zero,
+        dp=m.dp, tp=m.tp, pp=m.pp, ep=m.ep, zero=m.zero,
+    )
+
+
+def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
+                     network: str | None = None) -> float:
+    """The prediction (a ``memwall inspect`` dict), in the measurement's metric (see the
+    module docstring for the formulas)."""
+    seconds = prediction.get("seconds")
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        raise InputError(f"the prediction has no positive 'seconds' (got {seconds!r})", field="seconds")
+    seconds = float(seconds)
+    # with gradient accumulation a step is an optimizer step of accumulate x batch examples
+    examples = (prediction.get("optimizer_step") or {}).get("examples") or prediction.get("batch", batch)
+    if metric == "seconds":
+        return seconds
+    if metric == "flops":
+        return float(prediction["achieved_flops"])
+    if metric == "samples_per_second":
+        return examples / seconds
+    if metric in ("tokens_per_second", "seconds_per_token"):
+        serving = prediction.get("serving")
+        if not serving or metric not in serving:
+            raise InputError(f"the prediction has no {metric!r}: it is not a decode or prefill case", field="metric")
+        return float(serving[metric])
+    if metric in ("cups", "cps"):
+        # run_case reports 'cups' for a training step and 'cps' for a forward one, both
+        # connections x examples / seconds; the other is 0, and then the preset says C.
+        own = prediction.get(metric)
+        if own:
+            return float(own)
+        if network is None:
+            raise InputError(f"cannot convert to {metric!r}: the network's connections are unknown",
+                             field="connections")
+        from ..networks import load_network
+
+        return load_network(network).connections * examples / seconds
+    raise InputError(f"unknown metric {metric!r}", field="metric")
+
+
+def known_ids(kind: str) -> set[str] | None:
+    """Ids of the shipped machines or networks (None: check nothing)."""
+    if kind == "machine":
+        from ..profiles import machine_ids
+
+        return set(machine_ids())
+    from ..networks import network_ids
+
+    return set(network_ids())
+
+
+def default_predictor() -> Predictor:
+    """:func:`memwall.run.run_case`."""
+    from ..simulate import run_case
+
+    return run_case
+
+
+def validate(measurements: Sequence[Measurement], predictor: Predictor | None = None, *,
+             check_ids: bool = True) -> list[CaseResult]:
+    """Predict every measurement; one :class:`CaseResult` per measurement, in order.
+
+    With ``check_ids`` a machine or network missing from the shipped catalogues is reported
+    as 'unknown machine' / 'unknown network' before the predictor is asked (a path to a
+    profile file is allowed: the predictor decides). An InputError from the predictor is
+    reported on its case, as 'error', and the others still run.
+    """
+    predictor = predictor or default_predictor()
+    machines = known_ids("machine") if check_ids else None
+    networks = known_ids("network") if check_ids else None
+    results = []
+    for m in measurements:
+        status, error, prediction = "ok", None, None
+        if machines is not None and m.machine not in machines and not m.machine.endswith(".toml"):
+            status, error = "unknown machine", f"no machine profile {m.machine!r}"
+        elif networks is not None and m.network is not None and m.network not in networks \
+                and not is_network_path(m.network):
+            status, error = "unknown network", f"no network preset {m.network!r}"
+        else:
+            try:
+                prediction = predictor(case_for(m))
+                predicted = predicted_metric(m.metric, prediction, batch=m.batch, network=m.network)
+            except InputError as err:
+                text = str(err)
+                if "unknown machine" in text or "no machine" in text:
+                    status = "unknown machine"
+                elif "unknown network" in text or "no network" in text:
+                    status = "unknown network"
+                else:  # a profile that exists but cannot be used is an error, not an unknown
+                    status = "error"
+                error, prediction = text, None
+            except Exception as err:  # noqa: BLE001 - any failure is this case's, reported on it
+                status, error, prediction = "error", f"{type(err).__name__}: {err}", None
+        if prediction is None:
+            predicted = ratio = None
+            bound = None
+        else:
+            ratio = predicted / m.value
+            bound = prediction.get("bound")
+            bound = str(bound) if bound is not None else None
+        year, kind = _machine_info(m.machine)
+        results.append(CaseResult(
+            id=m.id, machine=m.machine, workload=m.workload, metric=m.metric, measured=m.value,
+            predicted=predicted, ratio=ratio, status=status, check=m.check, bound=bound,
+            reliability=m.reliability, notes=m.notes, explanation=m.explanation, source=m.source,
+            year=m.year if m.year is not None else year, error=error, kind=kind,
+        ))
+    return results
+
+
+def _machine_info(machine: str) -> tuple[int | None, str | None]:
+    """The machine's year and kind; (None, None) for one that cannot be loaded."""
+    from ..profiles import load_machine
+
+    try:
+        m = load_machine(machine)
+    except InputError:  # year and kind only group the summary; an unknown machine is reported on its case
+        return None, None
+    return m.year, m.kind
+
+
+def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """Cases, median and worst |log2 ratio| and the share within 2x (point checks), bound checks held.
+
+    Only point checks enter the median, worst and share: a bound check (e.g. a multi-GPU run's
+    per-device speed as a floor for a single-device prediction) says nothing about how close
+    the prediction should be, only on which side it must fall.
+    """
+    point = [r for r in results if r.check == "point" and r.ratio is not None]
+    bounds = [r for r in results if r.check != "point" and r.ratio is not None]
+    worst = max(point, key=lambda r: abs(r.log2_ratio or 0.0)) if point else None
+    not_run: dict[str, list[str]] = {}
+    for r in results:
+        if r.status != "ok":
+            not_run.setdefault(r.status, []).append(r.id)
+    return {
+        "cases": len(results),
+        "predicted": len(point) + len(bounds),
+        **_stats(point),
+        "worst_abs_log2_ratio": abs(worst.log2_ratio) if worst and worst.log2_ratio is not None else None,
+        "worst_case": worst.id if worst else None,
+        "bound_cases": len(bounds),
+        "bounds_held": sum(1 for r in bounds if r.within_band),
+        "not_predicted": not_run,
+        "by_era": _grouped(point, lambda r: era_of(r.year)),
+        "by_kind": _grouped(point, lambda r: r.kind or "unknown"),
+    }
+
+
+def _grouped(point: Sequence[CaseResult], key: Callable[[CaseResult], str]) -> dict[str, dict[str, Any]]:
+    """Point checks per group: how many, their median |log2 ratio| and the share within 2x."""
+    groups: dict[str, list[CaseResult]] = {}
+    for r in point:
+        groups.setdefault(key(r), []).append(r)
+    return {name: _stats(rs) for name, rs in sorted(groups.items())}
+
+
+def _stats(point: Sequence[CaseResult]) -> dict[str, Any]:
+    """How many point checks, their median |log2 ratio| and the share within 2x (None if none)."""
+    return {"point_cases": len(point),
+            "median_abs_log2_ratio": statistics.median(abs(r.log2_ratio or 0.0) for r in point) if point else None,
+            "share_within_2x": sum(1 for r in point if r.within_band) / len(point) if point else None}
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | None = None) -> str:
+    """The text report: one row per case, its note, then the summary."""
+    summary = summary if summary is not None else summarize(results)
+    header = ("id", "machine", "workload", "metric", "measured", "predicted", "ratio", "bound", "check")
+    rows = []
+    for r in results:
+        mark = {"lower-bound-on-prediction": ">=", "upper-bound-on-prediction": "<="}.get(r.check, "")
+        held = "" if r.within_band is None else (" ok" if r.within_band else " MISS")
+        rows.append((r.id, r.machine, r.workload, r.metric, _num(r.measured),
+                     _num(r.predicted) if r.status == "ok" else r.status,
+                     _num(r.ratio), r.bound or "-", (mark or "point") + held))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths, strict=True)).rstrip()]
+    for r, row in zip(results, rows, strict=True):
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+        note = r.error if r.status != "ok" else (r.explanation or r.notes)
+        lines.append("    note: " + " ".join(note.split()))
+    lines.append("")
+    med, worst = summary["median_abs_log2_ratio"], summary["worst_abs_log2_ratio"]
+    share = summary["share_within_2x"]
+    lines.append(
+        f"{summary['cases']} cases, {summary['predicted']} predicted; "
+        f"point checks: {summary['point_cases']}, median |log2 ratio| {_num(med)}"
+        + (f" ({2 ** med:.2f}x)" if med is not None else "")
+        + f", worst {_num(worst)}"
+        + (f" ({2 ** worst:.2f}x, {summary['worst_case']})" if worst is not None else "")
+        + ", within 2x: " + ("-" if share is None else f"{share:.0%}")
+    )
+    lines.append(f"bound checks: {summary['bounds_held']} of {summary['bound_cases']} held")
+    for title, key in (("by era", "by_era"), ("by machine kind", "by_kind")):
+        groups = summary.get(key) or {}
+        if groups:
+            width = max(len(name) for name in groups)
+            lines.append(f"{title}: point checks, median |log2 ratio|, within 2x")
+            lines.extend(f"  {name.ljust(width)}  {g['point_cases']:3d}  {g['median_abs_log2_ratio']:.3f} "
+                         f"({2 ** g['median_abs_log2_ratio']:.2f}x)  {g['share_within_2x']:.0%}"
+                         for name, g in groups.items())
+    for status, ids in summary["not_predicted"].items():
+        lines.append(f"{status}: {', '.join(ids)}")
+    return "\n".join(lines)
+
+
+def to_json(results: Sequence[CaseResult]) -> dict[str, Any]:
+    """``{"cases": [...], "summary": {...}}`` for ``memwall validate --json``."""
+    return {"cases": [r.as_dict() for r in results], "summary": summarize(results)}
+
+
+ERAS: tuple[tuple[str, int, int], ...] = (
+    ("1976-1995: vector and scalar machines", 0, 1995),
+    ("1996-2012: cache CPUs, early GPUs", 1996, 2012),
+    ("2013-: GPUs and TPUs", 2013, 9999),
+)
+
+
+def era_of(year: int | None) -> str:
+    if year is None:
+        return "year unknown"
+    for name, lo, hi in ERAS:
+        if lo <= year <= hi:
+            return name
+    return "year unknown"
+
