@@ -15,12 +15,13 @@ import json
 
 import pytest
 
-from memwall import simulate
+import memwall.run.case as running
+import memwall.run.plan as planning
 from memwall.experiments import sweep as sw
 from memwall.experiments.store import REPLAYS_DIR, ReplayStore
 from memwall.profiles import load_machine
 from memwall.run.row import case_key
-from memwall.simulate import Case, engine_fields, replay_key, run_case
+from memwall.run import Case, engine_fields, replay_key, run_case
 from memwall.study import design
 from memwall.study.identity import load_machine_spec, synthetic_spec
 
@@ -38,8 +39,8 @@ class DictReplays:
 
 def _count_replays(monkeypatch) -> list:
     calls: list = []
-    real = simulate.replay_step
-    monkeypatch.setattr(simulate, "replay_step", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real = running.replay_step
+    monkeypatch.setattr(running, "replay_step", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     return calls
 
 
@@ -130,25 +131,25 @@ def test_prepared_steps_and_plans_are_built_once_and_give_the_same_numbers(monke
     # A sweep's worker keeps the steps and plans it built: the next machine that runs the
     # same step, or shares the engine's view of an earlier one, reuses them.
     builds, plans = [], []
-    real_build, real_plan = simulate.build_case_step, simulate.plan_replay
-    monkeypatch.setattr(simulate, "build_case_step", lambda c: (builds.append(c), real_build(c))[1])
-    monkeypatch.setattr(simulate, "plan_replay", lambda *a, **k: (plans.append(1), real_plan(*a, **k))[1])
-    prepared = simulate.Prepared()
+    real_build, real_plan = planning.build_case_step, planning.plan_replay
+    monkeypatch.setattr(planning, "build_case_step", lambda c: (builds.append(c), real_build(c))[1])
+    monkeypatch.setattr(planning, "plan_replay", lambda *a, **k: (plans.append(1), real_plan(*a, **k))[1])
+    prepared = planning.Prepared()
     h100 = Case("h100-sxm", "gpt2-small", 2)
     got = [run_case(c, prepared=prepared) for c in (h100, Case("h200", "gpt2-small", 2),
                                                     dataclasses.replace(h100, dispatch="graph"),
                                                     Case("a100-sxm", "gpt2-small", 2))]
     assert len(builds) == 1  # one step for four cases
     assert len(plans) == 2  # the H200 and the graph-mode case share the H100's plan; the A100 has its own
-    monkeypatch.setattr(simulate, "build_case_step", real_build)
-    monkeypatch.setattr(simulate, "plan_replay", real_plan)
+    monkeypatch.setattr(planning, "build_case_step", real_build)
+    monkeypatch.setattr(planning, "plan_replay", real_plan)
     for case, result in zip((h100, Case("h200", "gpt2-small", 2), dataclasses.replace(h100, dispatch="graph"),
                              Case("a100-sxm", "gpt2-small", 2)), got, strict=True):
         assert result == run_case(case)
 
 
 def test_prepared_keeps_only_its_most_recent_entries():
-    prepared = simulate.Prepared(size=2)
+    prepared = planning.Prepared(size=2)
     first = prepared.step(Case("h100-sxm", "nettalk", 1))
     prepared.step(Case("h100-sxm", "nettalk", 2))
     prepared.step(Case("h100-sxm", "nettalk", 3))
@@ -161,13 +162,13 @@ def test_prepared_holds_plans_up_to_its_bound_on_accesses():
     """A sweep keeps every plan its cost estimate built (its forked workers then lower
     nothing), but no more loop-nest accesses than Prepared's bound: the oldest plans go."""
     h100, a100, vax = (load_machine(m) for m in ("h100-sxm", "a100-sxm", "vax-11-780"))
-    prepared = simulate.Prepared(size=100)
+    prepared = planning.Prepared(size=100)
     cases = [Case(m.id, "gpt2-small", 2) for m in (h100, a100, vax)]
     plans = [prepared.plan(m, prepared.step(c), replay_key(m, c)) for m, c in zip((h100, a100, vax), cases,
                                                                                     strict=True)]
-    sizes = [simulate._accesses(p) for p in plans]
+    sizes = [planning._accesses(p) for p in plans]
     assert all(s > 0 for s in sizes) and prepared._accesses == sum(sizes)
-    small = simulate.Prepared(size=100, max_accesses=sizes[1] + sizes[2])
+    small = planning.Prepared(size=100, max_accesses=sizes[1] + sizes[2])
     for m, c in zip((h100, a100, vax), cases, strict=True):
         small.plan(m, small.step(c), replay_key(m, c))
     assert list(small._plans) == [replay_key(a100, cases[1]), replay_key(vax, cases[2])]  # the H100's went

@@ -2,7 +2,7 @@
 checks, unknown machines reported (never dropped), the CLI and the figure.
 
 Every test but the last injects a predictor, so the comparison is tested without the
-simulator; the last runs the real :func:`memwall.run.run_case` on the fast shipped
+simulator; the last runs the real :func:`memwall.simulate.run_case` on the fast shipped
 cases (single GEMMs and small networks) when the simulator can be imported.
 """
 

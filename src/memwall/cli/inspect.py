@@ -6,21 +6,10 @@ import argparse
 import sys
 
 from ..errors import InputError
+from ..options import Case, add_case_arguments, given_options, make_case
 from ..units import format_bytes, format_flop_rate, format_time
-from ..vocabulary import (
-    CHECKPOINT_SYNTAX,
-    DISPATCH_MODES,
-    KV_DTYPES,
-    OPTIMIZERS,
-    PHASES,
-    TRAINING_DTYPES,
-    UPDATES,
-    WEIGHT_DTYPES,
-    WEIGHT_ZEROS,
-)
 from . import add_command
 from ._output import print_json
-from .step import add_training_arguments
 
 
 def parse_gemm(text: str) -> tuple[int, int, int]:
@@ -46,27 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="one machine x one network (or GEMM): where the step's time goes")
     p.add_argument("--machine", required=True, help="machine profile id (memwall machines list) or file")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--network", help="network preset id (memwall networks list)")
+    what.add_argument("--network", help="network preset id (memwall networks list) or preset .toml path")
     what.add_argument("--gemm", type=parse_gemm, metavar="M,N,K", help="a single product C[MxN] = A[MxK] B[KxN]")
-    p.add_argument("--batch", type=int, default=1, help="examples (sequences for sequence models); default 1")
-    p.add_argument("--checkpoint", default="none", help=f"{CHECKPOINT_SYNTAX} (default none)")
-    p.add_argument("--updates", default="minibatch", choices=UPDATES,
-                   help="per-example: 1986-style online SGD, one update per example (default minibatch)")
-    p.add_argument("--phase", default="train", choices=PHASES,
-                   help="train (default), forward (inference), decode (one token a sequence against a KV cache of "
-                        "--context tokens) or prefill (a prompt of --context tokens that fills the cache)")
-    add_serving_arguments(p)
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
-    p.add_argument("--dtype", default=None,
-                   help=f"{' | '.join(TRAINING_DTYPES)}; inference also fp8 | int8 (default: the network's own; "
-                        "fp32 for --gemm)")
+    add_case_arguments(p)
     p.add_argument("--allow-fallback", action="store_true",
                    help="run a --dtype the machine has no arithmetic for at the rate of its nearest dtype "
                         "(bf16 -> fp16 -> fp32 ...), with a warning and 'dtype_fallback' in the JSON; "
                         "without it such a --dtype is refused")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
-    add_training_arguments(p)
-    add_parallel_arguments(p)
     p.add_argument("--exact", action="store_true",
                    help="replay every access of every loop nest (default: sample nests beyond the step's "
                         "budget of line lookups; see docs/timing.md)")
@@ -74,9 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse a step whose replay needs more than N line lookups (default: about ten "
                         "minutes of replay; the refusal gives the estimate)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
-    p.add_argument("--dispatch", choices=DISPATCH_MODES, default=None,
-                   help="how kernels are issued: eager (kernel by kernel), graph (a captured graph "
-                        "replayed) or compiled (one program per step); default: the profile's")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
                    help="change one profile figure for a what-if, read as the profile file reads it, "
                         "e.g. --set memory.bandwidth='1 TB/s' or --set timing.dispatch.eager.host_issue='2 us' "
@@ -112,65 +84,16 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
-PARALLEL_OPTIONS = (
-    ("dp", "data-parallel replicas (default 1)"),
-    ("tp", "tensor-parallel devices per replica, Megatron-style column/row products (default 1)"),
-    ("pp", "pipeline stages, 1F1B over --accumulate micro-batches (default 1)"),
-    ("ep", "expert-parallel group, drawn from the --dp replicas (default 1)"),
-    ("zero", "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also weights (default 0)"),
-)
-
-
-def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
-    """--dp, --tp, --pp, --ep, --zero: the devices a step runs on (docs/timing.md); the profile
-    needs an [interconnect] table for more than one device (``memwall sweep`` takes lists)."""
-    for name, text in PARALLEL_OPTIONS:
-        p.add_argument(f"--{name}", type=int, default=0 if name == "zero" else 1, metavar="N", help=text)
-
-
-def add_serving_arguments(p: argparse.ArgumentParser) -> None:
-    """--context, --weights, --kv-dtype (shared with ``memwall step``)."""
-    p.add_argument("--context", type=int, default=None,
-                   help="decode, prefill: tokens in each sequence's KV cache (required there; --seq-len is not)")
-    p.add_argument("--weights", default=None, choices=WEIGHT_DTYPES,
-                   help="weight-only quantization: the block matrices stored narrow, dequantized in the product")
-    p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help="the KV cache's type (default: --dtype)")
-    p.add_argument("--weight-group", type=int, default=None, metavar="N",
-                   help="int4 weights: weights that share one fp16 scale (default 128; GPTQ and AWQ use 32-128)")
-    p.add_argument("--weight-zero", default=None, choices=tuple(WEIGHT_ZEROS),
-                   help="int4 weights: the type of each group's zero point, stored beside its scale "
-                        "(default none: symmetric groups; AWQ and GPTQ pack int4 zeros, gpt-fast keeps bf16)")
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.batch < 1:
-        raise InputError(f"batch must be a positive integer, got {args.batch}", field="--batch")
-    from ..simulate import Case, run_case  # imported here: the simulation pulls in every stage
-
-    case = Case(
-        machine=args.machine,
-        network=args.network,
-        batch=args.batch,
-        checkpoint=args.checkpoint,
-        updates=args.updates,
-        phase=args.phase,
-        optimizer=args.optimizer,
-        dtype=args.dtype,
-        seq_len=args.seq_len,
-        gemm=args.gemm,
-        dispatch=args.dispatch,
-        accumulate=args.accumulate,
-        fusion=args.fusion,
-        grad_dtype=args.grad_dtype,
-        context=args.context,
-        weights=args.weights,
-        kv_dtype=args.kv_dtype,
-        weight_group=args.weight_group,
-        weight_zero=args.weight_zero,
-        dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, zero=args.zero, attention=args.attention,
-    )
+    given = given_options(args)
+    case = make_case(args.machine, args.network, args.gemm, **given)  # refuses an option that does not apply
     if args.crossover:
+        if case.gemm is not None or case.phase != "decode":
+            raise InputError("--crossover is a decode question: it takes --network with --phase decode"
+                             + (", not --gemm" if case.gemm is not None else ""), field="--crossover")
         return _crossover(case, args)
+    from ..run import run_case  # imported here: the simulation pulls in every stage
+
     machine = None
     if args.sets:
         from ..profiles import load_machine
@@ -191,19 +114,16 @@ def run(args: argparse.Namespace) -> int:
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        print_json(result)
+        print_json(result.to_json())
     else:
         print(render(result))
     return 0
 
 
-def _crossover(case: object, args: argparse.Namespace) -> int:
-    from ..simulate import Case, run_case
+def _crossover(case: Case, args: argparse.Namespace) -> int:
+    from ..run import run_case  # imported here: the simulation pulls in every stage
     from ..study.serving import decode_crossovers
 
-    assert isinstance(case, Case)
-    if case.phase != "decode":
-        raise InputError("--crossover is a decode question: give --phase decode", field="--crossover")
     out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact, allow_fallback=args.allow_fallback))
     if args.json:
         print_json(out)
@@ -313,7 +233,10 @@ def render(result: dict) -> str:
         groups = "" if sv.get("weight_group") is None else \
             f" (a scale a {sv['weight_group']} weights, zero points {sv['weight_zero']})"
         lines.append(f"serving: context {sv['context']}, weights {sv['weights']}{groups}, KV cache {sv['kv_dtype']}: "
-                     f"{sv['tokens_per_second']:.4g} tokens/s, {per}; KV cache "
+                     f"{sv['tokens_per_second']:.4g} tokens/s"
+                     + (f" ({sv['tokens_per_second_per_device']:.4g} per device)"
+                        if "tokens_per_second_per_device" in sv else "")
+                     + f", {per}; KV cache "
                      f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)

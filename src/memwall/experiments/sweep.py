@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..model_version import MODEL_VERSION
+from ..run import Case
 from ..run.checks import validate
+from ..run.plan import ENGINE_RATE, duration
 from ..run.row import COLUMNS, case_key, make_row, row_order
-from ..simulate import ENGINE_RATE, Case, duration
 from ..study.identity import load_machine_spec, machine_info, parse_machine_spec
 from .store import ReplayStore, Store, atomic_write, canonical, dumps, write_tables
 
@@ -47,7 +48,7 @@ def _default_runner(case: Case, machine: Any = None, max_lookups: int | None = N
                     shared: frozenset[str] | None = None) -> Mapping[str, Any]:
     """``replays``: the sweep folder whose replay cache the case reads and writes;
     ``shared``: the replay keys worth writing there (None: every one)."""
-    from ..simulate import run_case
+    from ..run import run_case
 
     return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback,
                     replays=ReplayStore(replays, shared) if replays is not None else None, prepared=_prepared())
@@ -67,7 +68,7 @@ def _prepared() -> Any:
     plans, and each worker's (a forked worker starts with the estimate's)."""
     global _PREPARED
     if _PREPARED is None:
-        from ..simulate import Prepared
+        from ..run import Prepared
 
         _PREPARED = Prepared(_PLANNED_STEPS)
     return _PREPARED
@@ -98,7 +99,7 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
     before any worker starts, so a case that would run for days is refused without
     occupying one, and cases that share a replay are known. A case that cannot be
     planned (an unknown network, say) is left to its worker, which records why."""
-    from ..simulate import check_cost, replay_key
+    from ..run import check_cost, replay_key
 
     prepared = _prepared()
     machines: dict[str, Machine] = {}

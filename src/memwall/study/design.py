@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..simulate import Case
+from ..options import Case
 from .identity import machine_ids, machine_info, network_ids, synthetic_spec
 
 # The classic 1980s backprop networks, in the order the figures list them.
