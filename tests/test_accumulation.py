@@ -10,7 +10,7 @@ import pytest
 from memwall.cli import main
 from memwall.errors import InputError
 from memwall.networks import load_network
-from memwall.simulate import Case, run_case
+from memwall.run import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step
 
@@ -136,20 +136,20 @@ def test_bad_accumulation_settings_are_refused_by_field(config, field):
 
 
 def test_sweep_runs_every_accumulation_and_fusion_listed():
-    import argparse
 
+    from memwall.cli import build_parser
     from memwall.cli.sweep import build_cases
 
-    args = argparse.Namespace(machines=["h100-sxm"], networks=["nettalk"], batches=["1,4"], checkpoint=None,
-                              updates=None, phase=None, quick=False, accumulate=["1,8"], fusion=["none", "full"])
-    cases = build_cases(args)
+    argv = ["sweep", "--machines", "h100-sxm", "--networks", "nettalk", "--batches", "1,4"]
+    args = build_parser().parse_args([*argv, "--accumulate", "1,8", "--fusion", "none", "full"])
+    cases = build_cases(args).cases
     assert len(cases) == 2 * 2 * 2
     assert {(c.batch, c.accumulate, c.fusion) for c in cases} == {
         (b, k, f) for b in (1, 4) for k in (1, 8) for f in ("none", "full")}
     with pytest.raises(InputError):
-        build_cases(argparse.Namespace(**{**vars(args), "accumulate": ["0"]}))
+        build_cases(build_parser().parse_args([*argv, "--accumulate", "0"]))
     with pytest.raises(InputError):
-        build_cases(argparse.Namespace(**{**vars(args), "fusion": ["most"]}))
+        build_cases(build_parser().parse_args([*argv, "--fusion", "most"]))
 
 
 def test_sweep_key_of_a_default_case_is_unchanged_by_the_new_fields():

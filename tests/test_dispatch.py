@@ -19,7 +19,7 @@ from memwall.profiles import (
     TimingSpec,
     load_machine,
 )
-from memwall.simulate import Case, run_case
+from memwall.run import Case, run_case
 from memwall.timing import MEMORY, KernelTraffic, LevelTraffic, apply_dispatch, time_kernel
 
 GB = 1e9
@@ -349,7 +349,7 @@ def test_sweep_runs_each_case_in_each_dispatch_mode():
 
     args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "nettalk",
                                       "--dispatch", "eager,compiled"])
-    cases = build_cases(args)
+    cases = build_cases(args).cases
     assert [c.dispatch for c in cases] == ["eager", "compiled"]
     row = make_row(cases[1], run_case(cases[1]), None)
     assert row["dispatch"] == "compiled" and row["bound_class"] and row["memory_ratio"] > 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memwall.simulate import Case, build_case_step, run_case
+from memwall.run import Case, build_case_step, run_case
 from memwall.vocabulary import WEIGHT_GROUP_SCALES
 
 
@@ -97,7 +97,7 @@ def test_sweep_runs_each_group_format_and_measurements_take_them(tmp_path):
     args = build_parser().parse_args(["sweep", "--machines", "a100-sxm", "--networks", "llama2-7b", "--phase",
                                       "decode", "--context", "105", "--weights", "int4", "--weight-group", "32,128",
                                       "--weight-zero", "none,bf16"])
-    cases = build_cases(args)
+    cases = build_cases(args).cases
     assert sorted((c.weight_group, c.weight_zero) for c in cases) == [
         (32, "bf16"), (32, "none"), (128, "bf16"), (128, "none")]
     (m,) = [m for m in load_measurements() if m.id == "gpt-fast-a100-llama2-7b-int4-decode"]

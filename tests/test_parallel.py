@@ -13,7 +13,7 @@ from memwall.errors import InputError
 from memwall.interconnect import zero_bytes_per_parameter
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.simulate import Case, run_case
+from memwall.run import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.parallel import Parallel, communication, shard, shard_ledger, stages
 from memwall.workloads.step import build_step
@@ -372,7 +372,7 @@ def test_sweep_runs_every_combination_of_the_device_lists() -> None:
 
     args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small",
                                       "--dp", "1,2", "--tp", "1", "2", "--zero", "0,1", "--pp", "2"])
-    cases = build_cases(args)
+    cases = build_cases(args).cases
     assert sorted((c.dp, c.tp, c.pp, c.zero) for c in cases) == [
         (dp, tp, 2, z) for dp in (1, 2) for tp in (1, 2) for z in (0, 1)]
     with pytest.raises(InputError) as err:

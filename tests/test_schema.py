@@ -15,9 +15,19 @@ from memwall import levels, networks, profiles, schema, schema_docs
 from memwall.cli import build_parser, main
 from memwall.data import era_data_dir
 from memwall.errors import InputError
+from memwall.options import BY_NAME
 from memwall.schema import Field, Problems, Table, key_lines, walk
 from memwall.study import measurements
-from memwall.vocabulary import INFERENCE_DTYPES, KV_DTYPES, OPTIMIZERS, PHASES, UPDATES, WEIGHT_DTYPES
+from memwall.vocabulary import (
+    ATTENTIONS,
+    DISPATCH_MODES,
+    FUSIONS,
+    KV_DTYPES,
+    OPTIMIZERS,
+    PHASES,
+    UPDATES,
+    WEIGHT_DTYPES,
+)
 
 FIXTURES = Path(__file__).parent / "data"
 GOOD_PROFILE = (FIXTURES / "profiles" / "good.toml").read_text()
@@ -366,20 +376,21 @@ def test_writer_round_trips_through_the_declaration(tmp_path: Path) -> None:
         schema.dumps({**data, "timing": {"model": "overlapped", "mlp": math.nan}}, profiles.PROFILE)
 
 
-def _choices(argv: list[str], dest: str) -> tuple[str, ...]:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command").choices[argv[0]]
-    action = next(a for a in sub._actions if a.dest == dest)
-    return tuple(action.choices)
-
-
-@pytest.mark.parametrize(("command", "dest", "words"), [
-    (["inspect"], "updates", UPDATES), (["inspect"], "phase", PHASES), (["inspect"], "optimizer", OPTIMIZERS),
-    (["step"], "updates", UPDATES), (["step"], "phase", PHASES), (["step"], "dtype", INFERENCE_DTYPES),
-    (["inspect"], "weights", WEIGHT_DTYPES), (["inspect"], "kv_dtype", KV_DTYPES),
+@pytest.mark.parametrize(("option", "words"), [
+    ("updates", UPDATES), ("phase", PHASES), ("optimizer", OPTIMIZERS), ("weights", WEIGHT_DTYPES),
+    ("kv_dtype", KV_DTYPES), ("fusion", FUSIONS), ("dispatch", DISPATCH_MODES), ("attention", ATTENTIONS),
 ])
-def test_cli_choices_are_the_vocabulary(command: list[str], dest: str, words: tuple[str, ...]) -> None:
-    assert _choices(command, dest) == words
+def test_cli_choices_are_the_vocabulary(option: str, words: tuple[str, ...], capsys) -> None:
+    """The options' declarations take their words from the vocabulary, and the command line
+    refuses another word with one line listing them, for inspect and step alike."""
+    assert BY_NAME[option].field.choices == words
+    commands = [["inspect", "--machine", "h100-sxm", "--network", "gpt2-small"]]
+    if BY_NAME[option].stage == "step":
+        commands.append(["step", "--network", "gpt2-small"])
+    for command in commands:
+        assert main([*command, f"--{option.replace('_', '-')}", "nope"]) == 2
+        err = capsys.readouterr().err
+        assert f"must be one of {', '.join(words)}, got 'nope'" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(("option", "word"), [("updates", "per_example"), ("phase", "decod"),

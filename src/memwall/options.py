@@ -41,6 +41,7 @@ from .vocabulary import (
     TRAINING_DTYPES,
     UPDATES,
     WEIGHT_DTYPES,
+    WEIGHT_GROUP_SCALES,
     WEIGHT_ZEROS,
     parse_checkpoint,
 )
@@ -59,6 +60,7 @@ WORKLOADS = (NETWORK, GEMM)
 TRAIN_ONLY = ("train",)
 NOT_SERVING = tuple(p for p in PHASES if p not in SERVING_PHASES)
 INFERENCE = tuple(p for p in PHASES if p != "train")
+GROUPED = ("weights", tuple(WEIGHT_GROUP_SCALES))  # weights stored with a scale a group of them
 
 
 def _checkpoint(value: Any, context: dict[str, Any]) -> str:
@@ -77,6 +79,7 @@ class Option:
     phases: tuple[str, ...] = PHASES
     help: str = ""  # the command line's help, when it says more than the field's doc
     metavar: str = ""
+    needs: tuple[str, tuple[str, ...]] | None = None  # (another option, the values of it this one applies to)
 
     @property
     def name(self) -> str:
@@ -90,14 +93,21 @@ class Option:
     def default(self) -> Any:
         return self.field.default
 
-    def applies(self, workload: str, phase: str) -> bool:
-        return workload in self.workloads and (workload == GEMM or phase in self.phases)
+    def applies(self, workload: str, phase: str, given: Mapping[str, Any] | None = None) -> bool:
+        """Whether the option applies to a case of ``workload`` at ``phase`` whose other
+        options are ``given``."""
+        if workload not in self.workloads or (workload == NETWORK and phase not in self.phases):
+            return False
+        return self.needs is None or (given or {}).get(self.needs[0]) in self.needs[1]
 
     def why_not(self, workload: str, phase: str) -> str:
         """Why the option does not apply (one clause), for :func:`refuse_inapplicable`."""
         if workload not in self.workloads:
             return f"does not apply to a single GEMM (it {'picks' if self.name == 'phase' else 'shapes'} a network's step)"
-        return f"does not apply to phase {phase} (only to {', '.join(self.phases)})"
+        if phase not in self.phases:
+            return f"does not apply to phase {phase} (only to {', '.join(self.phases)})"
+        assert self.needs is not None
+        return f"applies only with {self.needs[0]} {' or '.join(self.needs[1])}"
 
     def parse(self, value: Any, where: str | None = None) -> Any:
         """``value`` (text from the command line, or a value from a file or the API) checked
@@ -133,11 +143,11 @@ def _whole(value: Any) -> int | None:
 def _option(key: str, kind: type, doc: str, stage: str, *, default: Any = None, choices: Sequence[str] = (),
             minimum: float | None = None, maximum: float | None = None, workloads: tuple[str, ...] = (NETWORK,),
             phases: tuple[str, ...] = PHASES, help: str = "", metavar: str = "", default_doc: str = "",
-            unit: str = "", parse: Any = None) -> Option:
+            unit: str = "", parse: Any = None, needs: tuple[str, tuple[str, ...]] | None = None) -> Option:
     schema_type = "int" if kind is int else ("word" if choices else "str")
     return Option(Field(key, schema_type, doc, default=default, choices=tuple(choices), minimum=minimum,
                         maximum=maximum, default_doc=default_doc, unit=unit, parse=parse),
-                  stage, kind, workloads, phases, help, metavar)
+                  stage, kind, workloads, phases, help, metavar, needs)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -173,10 +183,10 @@ OPTIONS: tuple[Option, ...] = (
     _option("kv_dtype", str, "the KV cache's type", STEP, choices=KV_DTYPES, phases=SERVING_PHASES,
             default_doc="dtype"),
     _option("weight_group", int, "int4 weights: weights that share one fp16 scale (GPTQ and AWQ use 32-128)", STEP,
-            minimum=1, maximum=MAX_WEIGHT_GROUP, phases=INFERENCE, default_doc="128", metavar="N"),
+            minimum=1, maximum=MAX_WEIGHT_GROUP, phases=INFERENCE, default_doc="128", metavar="N", needs=GROUPED),
     _option("weight_zero", str, "int4 weights: the type of each group's zero point, stored beside its scale "
             "(AWQ and GPTQ pack int4 zeros, gpt-fast keeps bf16)", STEP, choices=tuple(WEIGHT_ZEROS),
-            phases=INFERENCE, default_doc="none (symmetric groups)"),
+            phases=INFERENCE, default_doc="none (symmetric groups)", needs=GROUPED),
     _option("dp", int, "data-parallel replicas; 'batch' stays one replica's micro-batch", DEVICES, default=1,
             minimum=1, metavar="N"),
     _option("tp", int, "tensor-parallel devices per replica, Megatron-style column/row products", DEVICES,
@@ -210,7 +220,7 @@ def inapplicable(given: Mapping[str, Any], workload: str) -> list[tuple[str, str
     else the default phase), each with the clause that says why."""
     phase = given.get("phase", BY_NAME["phase"].default)
     return [(k, BY_NAME[k].why_not(workload, phase))
-            for k in given if k in BY_NAME and not BY_NAME[k].applies(workload, phase)]
+            for k in given if k in BY_NAME and not BY_NAME[k].applies(workload, phase, given)]
 
 
 def refuse_inapplicable(given: Mapping[str, Any], workload: str) -> None:
@@ -342,8 +352,8 @@ def option_lists(args: argparse.Namespace) -> dict[str, list[Any]]:
             continue
         items = [v for item in raw for v in str(item).split(",") if v]
         if not items:
-            raise InputError("needs at least one value", field=o.flag)
-        out[o.name] = list(dict.fromkeys(o.parse(v, o.flag) for v in items))
+            raise InputError("needs at least one value", field=o.name)
+        out[o.name] = list(dict.fromkeys(o.parse(v) for v in items))
     return out
 
 

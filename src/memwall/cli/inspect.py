@@ -7,6 +7,7 @@ import sys
 
 from ..errors import InputError
 from ..options import Case, add_case_arguments, given_options, make_case
+from ..run.result import SERVING_COLUMNS
 from ..units import format_bytes, format_flop_rate, format_time
 from . import add_command
 from ._output import print_json
@@ -230,9 +231,9 @@ def render(result: dict) -> str:
         sv = result["serving"]
         per = (f"{format_time(sv['seconds_per_token'])} per output token" if "seconds_per_token" in sv
                else f"time to first token {format_time(sv['time_to_first_token'])}")
-        groups = "" if sv.get("weight_group") is None else \
-            f" (a scale a {sv['weight_group']} weights, zero points {sv['weight_zero']})"
-        lines.append(f"serving: context {sv['context']}, weights {sv['weights']}{groups}, KV cache {sv['kv_dtype']}: "
+        setup = ", ".join(f"{c.label} {sv[c.name]}" for c in SERVING_COLUMNS
+                          if c.setting and sv.get(c.name) is not None)
+        lines.append(f"serving: {setup}: "
                      f"{sv['tokens_per_second']:.4g} tokens/s"
                      + (f" ({sv['tokens_per_second_per_device']:.4g} per device)"
                         if "tokens_per_second_per_device" in sv else "")

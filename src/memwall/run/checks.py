@@ -16,7 +16,7 @@ from ..study.identity import machine_ids, machine_info, network_ids, network_inf
 from ..vocabulary import ATTENTIONS, FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
 
 if TYPE_CHECKING:
-    from ..simulate import Case
+    from ..options import Case
 
 
 def check_checkpoint(value: str) -> str:
@@ -77,12 +77,13 @@ def validate(cases: Sequence[Case]) -> None:
 
 
 def _check_options(case: Case) -> None:
-    """The serving and dtype options, checked as the step will check them (network aside)."""
+    """The step's options, checked as the step will check them (the network aside: bf16
+    stands for a network's own dtype, which needs its preset loaded)."""
+    from dataclasses import fields
+
     from ..workloads.config import TrainingConfig
 
     if case.network is None:
         return
-    TrainingConfig(batch=case.batch, updates=case.updates, optimizer=case.optimizer, dtype=case.dtype or "bf16",
-                   checkpoint=case.checkpoint, seq_len=case.seq_len, phase=case.phase, context=case.context,
-                   weights=case.weights, kv_dtype=case.kv_dtype, weight_group=case.weight_group,
-                   weight_zero=case.weight_zero)
+    values = {f.name: getattr(case, f.name) for f in fields(TrainingConfig)}
+    TrainingConfig(**{**values, "dtype": case.dtype or "bf16"})

@@ -18,6 +18,7 @@ from ..profiles import Machine
 from ..seed import seed_model
 from ..timing import StepTiming, arithmetic_rate, word_widening
 from ..workloads.step import Step, activation_traffic, d_min
+from .columns import Column
 from .verdict import verdict
 
 
@@ -276,6 +277,29 @@ def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
                    f"-byte word: each {dtype} element moves as a whole word (bytes and memory time count words; "
                    f"the ledger counts {dtype})")
     return out
+
+
+# The serving group's figures that a results row carries, declared once: the row's columns
+# (memwall.run.row), the JSON's keys and what `memwall inspect` prints beside the case.
+SERVING_COLUMNS: tuple[Column, ...] = (
+    Column("context", "int", "tokens", "context", "tokens in each sequence's KV cache (the prompt for prefill)",
+           leading=False, setting=True),
+    Column("weights", "text", "", "weights", "the weights' stored type", leading=False, setting=True),
+    Column("kv_dtype", "text", "", "KV cache", "the KV cache's type", leading=False, setting=True),
+    Column("weight_group", "int", "", "weights a scale", "int4: weights a group scale covers", leading=False,
+           setting=True),
+    Column("weight_zero", "text", "", "zero points", "int4: the groups' zero points", leading=False, setting=True),
+    Column("tokens_per_second", "number", "tokens/s", "tokens/s", "every device's tokens per second",
+           leading=False),
+    Column("tokens_per_second_per_device", "number", "tokens/s", "tokens/s/device",
+           "several devices: tokens per second per device", leading=False),
+    Column("seconds_per_token", "number", "s", "s/token", "decode: seconds per output token", leading=False),
+    Column("time_to_first_token", "number", "s", "TTFT", "prefill: time to the first token", leading=False),
+    Column("max_batch_that_fits", "int", "", "max batch", "the largest batch whose weights and cache fit",
+           leading=False),
+)
+# Every serving row has these columns (null where they do not apply); the others only where given.
+SERVING_EVERY_ROW = frozenset(c.name for c in SERVING_COLUMNS) - {"tokens_per_second_per_device"}
 
 
 def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int = 1, replicas: int = 1) -> dict:

@@ -14,32 +14,15 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..model_version import MODEL_VERSION
 from ..study.identity import machine_info, network_info
+from .columns import TYPES, Column
+from .result import SERVING_COLUMNS, SERVING_EVERY_ROW
 
 if TYPE_CHECKING:
     from ..options import Case
-
-@dataclass(frozen=True)
-class Column:
-    """One column of the results row: its type (``text``, ``int``, ``number``, ``flag``), unit,
-    a table's short label, and what it holds. ``required``: every row a sweep writes has it
-    (of that type); the others are that type or null. ``leading``: among the leading
-    columns of results.csv, in declared order (the rest follow as rows have them)."""
-
-    name: str
-    type: str
-    unit: str
-    label: str
-    doc: str
-    required: bool = False
-    leading: bool = True
-
-
-TYPES = {"text": (str,), "int": (int,), "number": (int, float), "flag": (bool,)}
 
 ROW: tuple[Column, ...] = (
     Column("machine", "text", "", "machine", "profile id (BASE@bw=B/s for a synthetic bandwidth)", required=True),
@@ -97,21 +80,7 @@ ROW: tuple[Column, ...] = (
     Column("interconnect_fraction", "number", "", "interconnect", "exposed link time / step", leading=False),
     Column("bubble_fraction", "number", "", "bubble", "pipeline bubble / step", leading=False),
     Column("interconnect_bytes", "number", "B", "sent", "bytes a device sends a step", leading=False),
-    # Serving rows only
-    Column("context", "int", "tokens", "context", "tokens in each sequence's KV cache (the prompt for prefill)",
-           leading=False),
-    Column("weights", "text", "", "weights", "the weights' stored type", leading=False),
-    Column("kv_dtype", "text", "", "KV dtype", "the KV cache's type", leading=False),
-    Column("weight_group", "int", "", "group", "weights a group scale covers", leading=False),
-    Column("weight_zero", "text", "", "zero points", "the groups' zero points", leading=False),
-    Column("tokens_per_second", "number", "tokens/s", "tokens/s", "every device's tokens per second",
-           leading=False),
-    Column("tokens_per_second_per_device", "number", "tokens/s", "tokens/s/device", "tokens per second per device",
-           leading=False),
-    Column("seconds_per_token", "number", "s", "s/token", "decode: seconds per output token", leading=False),
-    Column("time_to_first_token", "number", "s", "TTFT", "prefill: time to the first token", leading=False),
-    Column("max_batch_that_fits", "int", "", "max batch", "the largest batch whose weights and cache fit",
-           leading=False),
+    *SERVING_COLUMNS,  # serving rows only (memwall.run.result)
     Column("kv_cache_bytes", "number", "B", "KV cache", "the KV cache's bytes", leading=False),
 )
 BY_COLUMN: dict[str, Column] = {c.name: c for c in ROW}
@@ -232,11 +201,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
                    interconnect_bytes=float(result["interconnect_bytes"]))
     serving = result.get("serving")
     if serving:  # decode and prefill rows only, so other tables keep their columns
-        row.update({k: serving.get(k) for k in ("context", "weights", "kv_dtype", "weight_group", "weight_zero",
-                                                "tokens_per_second",
-                                                "seconds_per_token", "time_to_first_token", "max_batch_that_fits")})
-        if "tokens_per_second_per_device" in serving:  # several devices: every device's tokens, and per device
-            row["tokens_per_second_per_device"] = serving["tokens_per_second_per_device"]
+        row.update({c.name: serving.get(c.name) for c in SERVING_COLUMNS
+                    if c.name in serving or c.name in SERVING_EVERY_ROW})
         row["kv_cache_bytes"] = float(result["ledger"].get("kv_cache", 0))
     for level, c in cycles["stall"].items():
         row[f"stall_{level}"] = _share(c, total)

@@ -22,25 +22,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import field, make_dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..options import GEMM, NETWORK, OPTION_FIELDS, OPTIONS, inapplicable
+from ..options import names as option_names
 from ..schema import Field, Problems, Table, read_toml, walk
 from ..vocabulary import (
-    CHECKPOINT_SYNTAX,
-    DISPATCH_MODES,
-    FUSIONS,
-    KV_DTYPES,
-    MAX_WEIGHT_GROUP,
-    OPTIMIZERS,
-    PHASES,
     SERVING_PHASES,
-    UPDATES,
-    WEIGHT_DTYPES,
-    WEIGHT_GROUP_SCALES,
-    WEIGHT_ZEROS,
     parse_checkpoint,
 )
 
@@ -72,10 +63,6 @@ RELIABILITIES = ("high", "medium", "low")
 #                               model with no communication should predict at least this);
 #   upper-bound-on-prediction - the measurement is a ceiling: the prediction should be <= it.
 CHECKS = ("point", "lower-bound-on-prediction", "upper-bound-on-prediction")
-DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int16")
-# Keys that describe a training step, not a single product.
-_STEP_KEYS = ("batch", "updates", "phase", "seq_len", "checkpoint", "optimizer", "accumulate", "fusion", "context",
-              "weights", "kv_dtype", "weight_group", "weight_zero", "dp", "tp", "pp", "ep", "zero")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -108,28 +95,7 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("network", "text", "network preset id (memwall networks list), or a path, relative to this file, to a "
           "network TOML in the `networks/` folder beside the measurement files (it must stay inside the "
           "measurement folder); or give 'gemm'"),
-    Field("batch", "int", "examples (sequences) per step; needed with 'network'; 1 for per-example updates",
-          minimum=1),
-    Field("updates", "word", "how often the weights change", choices=UPDATES, default="minibatch"),
-    Field("phase", "word", "what a step runs", choices=PHASES, default="train"),
-    Field("dtype", "word", "arithmetic type (needed with 'gemm'; default for a network: its own)", choices=DTYPES),
-    Field("seq_len", "int", "sequence length, for sequence models", minimum=1, default_doc="the preset's"),
-    Field("context", "int", "decode, prefill: tokens in each sequence's KV cache (decode) or the prompt (prefill)",
-          minimum=0),
-    Field("weights", "word", "weight-only quantization: the weights' stored type", choices=WEIGHT_DTYPES),
-    Field("kv_dtype", "word", "the KV cache's type (default: dtype)", choices=KV_DTYPES),
-    Field("weight_group", "int", "int4 weights: weights a group scale covers", minimum=1,
-          maximum=MAX_WEIGHT_GROUP, default_doc="128"),
-    Field("weight_zero", "word", "int4 weights: the groups' zero points beside their scales",
-          choices=tuple(WEIGHT_ZEROS), default_doc="none (symmetric)"),
-    Field("checkpoint", "str", "activation checkpointing", parse=_checkpoint, default="none",
-          unit=f"`{CHECKPOINT_SYNTAX}`"),
-    Field("optimizer", "word", "the optimizer's update", choices=OPTIMIZERS, default="sgd"),
-    Field("accumulate", "int", "micro-batches of 'batch' per optimizer step (gradient accumulation)", minimum=1,
-          default=1),
-    Field("fusion", "word", "kernel fusion the measured run used: none, epilogue (bias and activation in the "
-          "product), full (also dropout + residual + norm, multi-tensor optimizer)", choices=FUSIONS,
-          default="none"),
+    *OPTION_FIELDS,  # the case options, as memwall.options declares them
     Field("gemm", "any", "a single matrix product C[MxN] = A[MxK] B[KxN], 2 M N K FLOPs (instead of 'network')",
           parse=_gemm, unit="`\"M,N,K\"`"),
     Field("metric", "word", "what 'value' measures (see below)", required=True, choices=tuple(METRICS),
@@ -145,16 +111,10 @@ MEASUREMENT = Table("[[measurement]]", (
           "faithful transcription), low (secondary source or an interpretation)", required=True,
           choices=RELIABILITIES),
     Field("notes", "text", "what was measured, what is uncertain, any derivation", required=True),
-    Field("dispatch", "word", "how the measured run issued its kernels (default: the machine profile's own)",
-          choices=DISPATCH_MODES),
-    Field("dp", "int", "data-parallel replicas; 'batch' stays one replica's micro-batch", minimum=1, default=1),
-    Field("tp", "int", "tensor-parallel devices per replica", minimum=1, default=1),
-    Field("pp", "int", "pipeline stages (1F1B over 'accumulate' micro-batches)", minimum=1, default=1),
-    Field("ep", "int", "expert-parallel group, drawn from the dp replicas", minimum=1, default=1),
-    Field("zero", "int", "ZeRO stage (0-3)", minimum=0, maximum=3, default=0),
     Field("explanation", "text", "why memwall's prediction misses this case, where it does (the model's missing "
           "effect, a counting difference)"),
 ), label="id")
+OPTION_NAMES = frozenset(option_names())
 MEASUREMENT_KEYS: dict[str, str] = {f.key: f.doc for f in MEASUREMENT.fields}
 FILE = Table("measurement file", (
     Field("format_version", "int", "the format this file is written in (1)", minimum=1, maximum=1),
@@ -163,45 +123,16 @@ FILE = Table("measurement file", (
 ), doc="A file of `[[measurement]]` tables.")
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """One published, measured speed of one workload on one machine."""
+class _Measured:
+    """What a :class:`Measurement` does; its option fields come from memwall.options."""
 
-    id: str
-    machine: str
-    metric: str  # one of METRICS
-    value: float  # in the metric's SI unit (CUPS, CPS, FLOP/s, s, samples/s)
-    source: str
-    reliability: str  # one of RELIABILITIES
-    notes: str
-    network: str | None = None
-    batch: int = 1
-    updates: str = "minibatch"
-    phase: str = "train"
-    dtype: str | None = None
-    seq_len: int | None = None
-    checkpoint: str = "none"
-    optimizer: str = "sgd"
-    accumulate: int = 1
-    fusion: str = "none"
-    gemm: tuple[int, int, int] | None = None
-    context: int | None = None
-    weights: str | None = None
-    kv_dtype: str | None = None
-    weight_group: int | None = None
-    weight_zero: str | None = None
-    check: str = "point"
-    year: int | None = None
-    explanation: str | None = None
-    dispatch: str | None = None  # eager | graph | compiled; None: the profile's default
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    zero: int = 0
-    network_file: str | None = None  # 'network' given as a path: the file it names, resolved
-    file: str | None = None  # where it was read from
-    line: int | None = None  # the line of its id in that file
+    gemm: tuple[int, int, int] | None
+    network: str | None
+    dtype: str | None
+
+    def options(self) -> dict[str, Any]:
+        """The case options the file states (those not at their default), in declared order."""
+        return {o.name: getattr(self, o.name) for o in OPTIONS if getattr(self, o.name) != o.default}
 
     @property
     def workload(self) -> str:
@@ -209,33 +140,38 @@ class Measurement:
         if self.gemm is not None:
             m, n, k = self.gemm
             return f"gemm {m}x{n}x{k} {self.dtype}"
+        given = self.options()
+        phase = self.phase
         parts = [str(self.network), f"b={self.batch}"]
-        if self.phase == "train":
+        if phase == "train":
             parts.append(self.updates)
-        parts.append(self.phase)
+        parts.append(phase)
         if self.dtype:
             parts.append(self.dtype)
-        if self.seq_len:
-            parts.append(f"seq={self.seq_len}")
-        if self.context is not None:
-            parts.append(f"ctx={self.context}")
-        if self.weights:
-            parts.append(f"w={self.weights}")
-        if self.kv_dtype:
-            parts.append(f"kv={self.kv_dtype}")
-        if self.weight_group is not None:
-            parts.append(f"group={self.weight_group}")
-        if self.weight_zero is not None:
-            parts.append(f"zero_point={self.weight_zero}")
-        if self.checkpoint != "none":
-            parts.append(f"ckpt={self.checkpoint}")
-        if self.accumulate != 1:
-            parts.append(f"accumulate={self.accumulate}")
-        if self.fusion != "none":
-            parts.append(f"fusion={self.fusion}")
-        devices = [f"{k}={getattr(self, k)}" for k in ("dp", "tp", "pp", "ep", "zero")
-                   if getattr(self, k) != (0 if k == "zero" else 1)]
-        return " ".join(parts + devices)
+        shown = ("batch", "updates", "phase", "dtype")
+        return " ".join(parts + [f"{k}={v}" for k, v in given.items() if k not in shown])
+
+
+Measurement = make_dataclass(
+    "Measurement",
+    [("id", str), ("machine", str),
+     ("metric", str),  # one of METRICS
+     ("value", float),  # in the metric's SI unit (CUPS, CPS, FLOP/s, s, samples/s)
+     ("source", str), ("reliability", str), ("notes", str),
+     ("network", "str | None", field(default=None)),
+     ("gemm", "tuple[int, int, int] | None", field(default=None)),
+     *[(o.name, o.python_type, field(default=o.default)) for o in OPTIONS],  # the case options
+     ("check", str, field(default="point")),
+     ("year", "int | None", field(default=None)),
+     ("explanation", "str | None", field(default=None)),
+     ("network_file", "str | None", field(default=None)),  # 'network' given as a path: the file, resolved
+     ("file", "str | None", field(default=None)),  # where it was read from
+     ("line", "int | None", field(default=None))],  # the line of its id in that file
+    bases=(_Measured,),
+    frozen=True,
+)
+Measurement.__module__ = __name__
+Measurement.__doc__ = "One published, measured speed of one workload on one machine."
 
 
 def _measured(raw: Any, metric: str) -> float:
@@ -299,10 +235,15 @@ def parse_gemm(raw: Any) -> tuple[int, int, int]:
         raise InputError(err.reason, field="gemm") from None
 
 
+def _refuse_inapplicable(raw: dict[str, Any], values: dict[str, Any], workload: str, add: Any) -> None:
+    """Each case option the file gives that does not apply to its workload or phase (memwall.options)."""
+    given = {k: values.get(k) for k in raw if k in OPTION_NAMES}
+    for key, why in inapplicable(given, workload):
+        add(f"'{key}' {why}", key)
+
+
 def _check_gemm(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
-    for key in _STEP_KEYS:
-        if key in raw:
-            add(f"'{key}' does not apply to a single 'gemm'", key)
+    _refuse_inapplicable(raw, values, GEMM, add)
     if "dtype" not in raw:
         add("a 'gemm' measurement needs 'dtype'", "dtype")
     if values.get("metric", "flops") not in ("flops", "seconds"):
@@ -324,15 +265,7 @@ def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
         add("'seconds_per_token' is a decode step's time: it needs phase = 'decode'", "metric")
     if serving and "context" not in raw:
         add(f"a {phase} measurement needs 'context' (tokens in the cache, or the prompt)", "context")
-    if serving and "seq_len" in raw:
-        add(f"'seq_len' does not apply to {phase}: give 'context'", "seq_len")
-    if not serving:
-        for key in ("context", "kv_dtype"):
-            if key in raw:
-                add(f"'{key}' applies to phase = 'decode' or 'prefill'", key)
-    for key in ("weight_group", "weight_zero"):
-        if key in raw and values.get("weights") not in WEIGHT_GROUP_SCALES:
-            add(f"'{key}' applies to weights stored with group scales ({', '.join(WEIGHT_GROUP_SCALES)})", key)
+    _refuse_inapplicable(raw, values, NETWORK, add)
     if values.get("updates") == "per-example" and values.get("batch", 1) != 1:
         # Per-example updates change the weights after every example: a step is one example.
         add(f"per-example updates take batch = 1, got {values['batch']}", "batch")

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Case
+from ..options import names as option_names
 from .measurements import Measurement, is_network_path
 
 Predictor = Callable[[Case], Mapping[str, Any]]
@@ -89,29 +90,11 @@ class CaseResult:
 
 
 def case_for(m: Measurement) -> Case:
-    """The simulation that reproduces a measurement's workload."""
+    """The simulation that reproduces a measurement's workload: its machine, its workload and
+    every case option the file states (memwall.options), the rest at their defaults."""
     if m.gemm is not None:
         return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch)
-    return Case(
-        machine=m.machine,
-        network=m.network_file or m.network,
-        batch=m.batch,
-        checkpoint=m.checkpoint,
-        updates=m.updates,
-        phase=m.phase,
-        optimizer=m.optimizer,
-        dtype=m.dtype,
-        seq_len=m.seq_len,
-        dispatch=m.dispatch,
-        accumulate=m.accumulate,
-        fusion=m.fusion,
-        context=m.context,
-        weights=m.weights,
-        kv_dtype=m.kv_dtype,
-        weight_group=m.weight_group,
-        weight_zero=m.weight_zero,
-        dp=m.dp, tp=m.tp, pp=m.pp, ep=m.ep, zero=m.zero,
-    )
+    return Case(machine=m.machine, network=m.network_file or m.network, **{k: getattr(m, k) for k in option_names()})
 
 
 def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
