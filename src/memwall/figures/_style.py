@@ -1,0 +1,150 @@
+"""What every figure shares: matplotlib set up for reproducible files, the footnote, the
+empty panel, the colours and markers, and the plotly spec's axes, hovers and layout.
+
+matplotlib is imported here (inside :func:`_plt`) and nowhere outside ``memwall.figures``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..model_version import MODEL_VERSION
+
+Row = Mapping[str, Any]
+
+KIND_MARKERS = {"vector": "s", "scalar": "o", "superscalar": "D", "gpu": "^", "tpu": "v", "wafer": "*",
+                "array": "P"}
+STALL_COLOURS = ["#c44e52", "#dd8452", "#937860", "#8172b3", "#da8bc3", "#8c8c8c", "#ccb974"]
+COMPUTE_COLOUR = "#55a868"
+OVERHEAD_COLOUR = "#4c72b0"
+# plotly's series colours (matplotlib's tab10), for the interactive figures.
+COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf"]
+
+
+def _plt():
+    import matplotlib
+
+    # Deterministic SVG ids, so the same data gives the same file.
+    matplotlib.rcParams["svg.hashsalt"] = "memwall"
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def sources(extra: str = "") -> str:
+    """The footnote naming the model and data versions the figure's numbers came from."""
+    from ..data import data_version
+
+    text = (f"Simulated by memwall {MODEL_VERSION} (era_data {data_version()}); machine figures from "
+            "era_data/machines, each with its provenance.")
+    return f"{text} {extra}".strip()
+
+
+def _finish(fig, note: str) -> None:
+    fig.text(0.01, 0.005, note, fontsize=6.5, color="#555555", ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+
+
+def _log_log(ax, xlabel: str, ylabel: str, title: str, legend: str = "best") -> None:
+    """Log-log axes with their labels, title, grid and a small legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc=legend)
+
+
+def _empty(heading: str, needs: str):
+    """The panel drawn where a sweep holds no data for a figure: its heading and what it needs."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.set_axis_off()
+    ax.text(0.5, 0.6, heading, ha="center", fontsize=11, weight="bold")
+    ax.text(0.5, 0.35, f"No data for this figure in this sweep.\nIt needs: {needs}", ha="center", fontsize=9)
+    return fig
+
+
+def save(fig, folder: str | os.PathLike[str], name: str) -> list[Path]:
+    """Write ``name.png`` and ``name.svg`` and close the figure."""
+    plt = _plt()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+    fig.savefig(paths[0], dpi=150, metadata={"Software": None})
+    fig.savefig(paths[1], metadata={"Date": None})
+    plt.close(fig)
+    return paths
+
+
+def label(row: Row) -> str:
+    """A machine as the figures name it: its name (or id) and year."""
+    return f"{row.get('name') or row['machine']} ({row['year']})"
+
+
+def spaced(rows: Sequence[Row], at: Callable[[Row], tuple[float, float]], gap: tuple[float, float]) -> list[Row]:
+    """The rows whose labels can be drawn without overprinting: greedily, each label kept
+    only if no kept label lies within ``gap`` (in the axes' own units, log10 where log)."""
+    kept: list[tuple[float, float]] = []
+    out = []
+    for r in rows:
+        x, y = at(r)
+        if all(abs(x - kx) >= gap[0] or abs(y - ky) >= gap[1] for kx, ky in kept):
+            kept.append((x, y))
+            out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The interactive figure: a plotly spec {"data": [traces], "layout": {...}}, drawn by the
+# report's page with the embedded plotly.js.
+
+
+def e(value: Any) -> str:
+    """``value`` as HTML text (for the prose)."""
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value: Any) -> str:
+    """A number in a hover: four significant digits."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and math.isfinite(value) or isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"title": {"text": title}, "type": "log" if log else "linear", "exponentformat": "power", **extra}
+
+
+def hover(fields: Sequence[str]) -> str:
+    """A hover template naming each of a trace's ``customdata`` columns, in order."""
+    return "<br>".join(f"{name}: %{{customdata[{k}]}}" for k, name in enumerate(fields)) + "<extra></extra>"
+
+
+def custom(rows: Sequence[Row], columns: Sequence[Callable[[Row], Any] | str]) -> list[list[Any]]:
+    """Each row's hover values: a column is a key (numbers shown by :func:`fmt`) or a function."""
+    return [[col(r) if callable(col) else fmt(r.get(col)) for col in columns] for r in rows]
+
+
+def spec(traces: Sequence[Mapping[str, Any]], **layout: Any) -> dict[str, Any]:
+    """A plotly figure: the traces, and the layout every figure shares updated by ``layout``."""
+    base = {"margin": {"t": 40, "r": 20, "b": 55, "l": 70}, "hovermode": "closest",
+            "legend": {"font": {"size": 10}}, "height": 460}
+    return {"data": list(traces), "layout": {**base, **layout}}
+
+
+def empty_spec(heading: str, needs: str) -> dict[str, Any]:
+    """The interactive twin of :func:`_empty`: no traces, a note of what the figure needs."""
+    note = {"text": f"No data for this figure in this sweep.<br>It needs: {e(needs)}", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
+    return spec([], height=240, annotations=[note], xaxis={"visible": False}, yaxis={"visible": False},
+                title={"text": e(heading)})

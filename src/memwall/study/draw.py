@@ -1,0 +1,156 @@
+"""Drawing a sweep's figures: compute each figure's tables, reuse them while what they are
+computed from is unchanged, draw them (:mod:`memwall.figures`) and write the files.
+
+Owns: which tables each figure is given (:data:`TABLES`: how each is computed, and what
+makes stored tables reusable), ``figures/NAME.json`` (the tables, their inputs and their
+digest), the CSVs beside it, and redrawing a figure only when its digest changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..figures import FIGURES, NAMES, OPT_IN
+from ..model_version import MODEL_VERSION
+from . import gholami as gh
+from . import tables as tb
+
+Row = Mapping[str, Any]
+# What a figure's tables are computed from, to reuse them by (None: always computed), and the tables.
+Maker = tuple[Callable[[], Any] | None, Callable[[], dict[str, Any]]]
+
+
+def _network_inputs(network: str, **params: Any) -> dict[str, Any]:
+    from .identity import network_info
+
+    return {"model": MODEL_VERSION, "network": network_info(network).fingerprint, **params}
+
+
+def _llc_inputs(cases: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    from .identity import machine_info, network_info
+
+    return {"model": MODEL_VERSION, "cases": [[machine_info(m).fingerprint, network_info(n).fingerprint]
+                                              for m, n in cases]}
+
+
+def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
+           machines: Sequence[Mapping[str, Any]] | None = None, ledger: Sequence[Mapping[str, Any]] | None = None,
+           gholami: Mapping[str, Any] | None = None) -> dict[str, Maker]:
+    """Per figure (but the validation, which :func:`write_figures` hands to the judge): what
+    its tables are computed from, and the tables (see :func:`write_figures`)."""
+    return {
+        "balance_drift": (None, lambda: tb.balance_drift_data(machines if machines is not None
+                                                              else tb.machine_table())),
+        "regime_flip": (None, lambda: {"rows": tb.per_example_rows(rows)}),
+        "stall_breakdown": (None, lambda: {"rows": tb.per_example_rows(rows)}),
+        "batch_window": (None, lambda: {"rows": tb.window_rows(rows), "model": tb.window_model(tb.window_rows(rows)),
+                                        "wide": tb.wide_window_rows(rows)}),
+        "capacity_ledger": ((lambda: _network_inputs(tb.LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
+                            lambda: {"ledger": list(ledger if ledger is not None else tb.ledger_table())}),
+        "synthetic_balance": (None, lambda: {"rows": tb.per_example_rows(rows, synthetic=True)}),
+        "roofline": (None, lambda: tb.roofline_data(out, rows)),
+        "activation_highwater": (lambda: _network_inputs(tb.LEDGER_NETWORK, batch=tb.HIGHWATER_BATCH),
+                                 lambda: {"live": tb.highwater_table()}),
+        "decode": (None, lambda: {"rows": [r for r in rows if r.get("phase") == "decode"]}),
+        # Replays three steps (seconds); kept while the model, the networks and the
+        # machines' profiles are unchanged.
+        "llc_capacity": (lambda: _llc_inputs(tb.LLC_CASES), lambda: {"capacity": tb.llc_capacity_table()}),
+        "bytes_per_token": (lambda: _network_inputs(tb.BYTES_PER_TOKEN_NETWORK, dp=tb.BYTES_PER_TOKEN_DP,
+                                                    seq_len=tb.BYTES_PER_TOKEN_SEQ),
+                            lambda: {"bytes": tb.bytes_per_token_table()}),
+        "tricks": (tb.tricks_inputs, lambda: {"ladder": tb.tricks_ladder()}),
+        "gholami": (lambda: gh.gholami_inputs(gholami or {}), lambda: gh.gholami_data(gholami or {})),
+    }
+
+
+def _validation(folder: Path) -> dict[str, Any] | None:
+    """The sweep's validation.json (the judge writes it beside the results), if there is one."""
+    path = folder / "validation.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"damaged ({type(err).__name__}); delete it or run the sweep again",
+                         file=str(path)) from None
+    if not (isinstance(data, dict) and isinstance(data.get("summary"), dict)
+            and isinstance(data.get("cases"), list) and all(isinstance(c, dict) for c in data["cases"])):
+        raise InputError("expected {\"cases\": [...], \"summary\": {...}} as the sweep writes it",
+                         file=str(path))
+    return data
+
+
+def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
+    """What figure ``name`` was last drawn from (``figures/name.json``): ``data`` (table
+    name -> records), ``inputs`` and ``digest``; None if it was never drawn. The validation's
+    data is the judge's ``validation.json`` (a damaged one is an InputError)."""
+    if name == "validation":
+        data = _validation(Path(folder))
+        return None if data is None else {"data": data, "inputs": None, "digest": None}
+    path = Path(folder) / "figures" / f"{name}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
+                  machines: Sequence[Mapping[str, Any]] | None = None,
+                  ledger: Sequence[Mapping[str, Any]] | None = None,
+                  only: Iterable[str] | None = None,
+                  measurements: str | os.PathLike[str] | None = None,
+                  gholami: Mapping[str, Any] | None = None, quick: bool = False) -> dict[str, list[Path]]:
+    """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
+
+    Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
+    ``name.json`` (all its tables, what they were computed from, and their digest). A
+    figure whose data has the digest it was last drawn with is not drawn again; data that
+    needs no sweep (the ledger, the high-water) is reused while the model and the network
+    are unchanged. ``machines`` (see :func:`memwall.study.tables.machine_table`) and
+    ``ledger`` (see :func:`memwall.study.tables.ledger_table`) default to the shipped
+    profiles and the affine-48x1024 network's steps; the validation figure predicts the
+    shipped measurements, or those in ``measurements`` (file or folder). Figures in
+    :data:`memwall.figures.OPT_IN` are drawn only when named in ``only``; ``gholami``
+    holds keyword arguments of :func:`memwall.study.gholami.gholami_table`. ``quick`` (a
+    quick sweep's) validates the one-device measurements only.
+    """
+    from ..execute.store import atomic_write, dumps, write_csv
+    from ..figures._style import save
+
+    names = list(only) if only else list(NAMES)
+    folder = Path(out) / "figures"
+    tables = makers(out, rows, machines=machines, ledger=ledger, gholami=gholami)
+    written: dict[str, list[Path]] = {}
+    for name in names:
+        if name not in tables:
+            continue
+        inputs_of, data_of = tables[name]
+        stored = figure_data(out, name)
+        inputs = inputs_of() if inputs_of else None
+        if inputs is not None and stored and stored.get("inputs") == inputs:
+            data = stored["data"]
+        else:
+            data = data_of()
+        digest = hashlib.sha256(dumps({"model": MODEL_VERSION, "data": data}).encode()).hexdigest()
+        paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+        if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
+            written[name] = paths
+            continue
+        written[name] = save(FIGURES[name].draw(data), folder, name)
+        first = next(iter(data))
+        write_csv(folder / f"{name}.csv", data[first])
+        for extra in list(data)[1:]:
+            write_csv(folder / f"{name}-{extra}.csv", data[extra])
+        atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
+    if "validation" in names:
+        # Predictions of the shipped measurements, independent of the sweep's own cases.
+        from ..experiments.validate import write_validation
+
+        written["validation"] = write_validation(out, measurements, one_device=quick)
+    return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}
