@@ -2,12 +2,13 @@
 
 Owns: turning a sweep folder (``results.json``, ``machines.json``, and each figure's
 data in ``figures/NAME.json``) into ``report.html``, which opens from disk in any
-browser with no server and no network. Every figure is redrawn in the page by plotly.js,
-embedded from the ``plotly`` Python package (hover names machine and case with the
-numbers, legends toggle series, axes zoom); the page's own script (``html/app.js``)
-adds a machine picker, a sortable and filterable results table and the high-water
-animation. The prose's numbers are computed here from the same data. The PNG and SVG
-figures stay in ``figures/`` for papers.
+browser with no server and no network. Every registered figure (:mod:`memwall.figures`)
+is rendered the same way: its number, title, caption and prose, and its plotly spec,
+drawn in the page by plotly.js embedded from the ``plotly`` Python package (hover names
+machine and case with the numbers, legends toggle series, axes zoom). The page's own
+script (``html/app.js``) only draws the specs and adds the widgets: a machine picker and
+a sortable, filterable results table. The PNG and SVG figures stay in ``figures/`` for
+papers.
 """
 
 from __future__ import annotations
@@ -20,55 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import MODEL_VERSION
 from ..errors import InputError
-from . import figures as fg
-from .store import read_rows
-
-# The figures the page draws, in order (the validation figure's data is validation.json).
-PAGE_FIGURES = ("balance_drift", "regime_flip", "stall_breakdown", "batch_window", "capacity_ledger",
-                "synthetic_balance", "validation", "roofline", "activation_highwater", "decode", "llc_capacity",
-                "bytes_per_token")
-
-CAPTIONS = {
-    "balance_drift": "Machine balance (peak FLOP/s ÷ main-memory bytes/s) by year and kind, with the "
-    "fitted growth of peak arithmetic and of memory bandwidth per two years beside Gholami et al.'s "
-    "3.0× and 1.6×. Higher balance means more arithmetic per byte is needed to keep the machine busy.",
-    "regime_flip": "Per-example training (batch 1): each point is one machine, at its memory time ÷ "
-    "arithmetic time (memory_ratio; 1 is the flip, above it the step waits on memory more than it computes). "
-    "Dotted lines mark each network's arithmetic intensity with no cache reuse, where the flip is expected "
-    "as balance passes it; hollow points are cases whose weights fit in the machine's largest on-chip level. "
-    "Launch and vector start-up are neither memory nor arithmetic: the sweep's rows give them as "
-    "dispatch_fraction and overhead_fraction (figure 3 shows them).",
-    "stall_breakdown": "Where one network's per-example training step spends its cycles on each machine: "
-    "arithmetic, then the stall attributed to each memory level, then fixed overhead.",
-    "batch_window": "Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
-    "T_min = β · b_w / (F/P), the turn the step's own bytes per parameter per micro-batch (b_w) predict. "
-    "These cases run one micro-batch per optimizer step, unfused; dashed lines are the seed model's "
-    "estimate of the same steps (each operand moved once, no cache, no dispatch).",
-    "capacity_ledger": "Bytes of saved activations against bytes of parameters as the batch grows; they "
-    "cross at batch = width for a chain of square layers, and √L checkpointing moves the crossover right.",
-    "synthetic_balance": "One compute engine with its memory bandwidth swept over four decades: stall "
-    "fraction against balance, with nothing else changed.",
-    "validation": "memwall's prediction for each published measurement of era_data/measurements "
-    "(GEMMs, CUPS of the 1980s machines, a Megatron-LM floor) against the measured value, log-log; "
-    "the grey band is within 2x. The table below gives each case with its source note.",
-    "roofline": "Every kernel of each stored step on one machine: FLOPs per byte of main-memory traffic "
-    "against achieved FLOP/s, under the peak and each memory level's bandwidth ceiling.",
-    "activation_highwater": "Live bytes by tensor class while each kernel of the training step runs, "
-    "forward rising, backward falling, without and with √L checkpointing.",
-    "decode": "A GQA transformer decoding one token a sequence against a KV cache of a short and a long "
-    "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
-    "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
-    "compute-bound step, a cross a batch that does not fit beside the weights.",
-    "llc_capacity": "Main-memory bytes of one training step against the capacity of the last cache level, "
-    "every capacity from one replay (LRU stack distances), per network of an era on a machine of its era; a "
-    "circle marks the machine's actual capacity. Where a curve falls to zero the step fits in that cache.",
-    "bytes_per_token": "Bytes per token of a training step, stacked by what they are: weights and gradients "
-    "(every micro-batch), optimizer state and the gradient all-reduce (every optimizer step), and activations "
-    "between kernels, each operand once as the kernels name it. The first three fall as 1/T; activations do "
-    "not, so past their crossing more batch buys no intensity.",
-}
+from ..execute.store import read_rows
+from ..figures import FIGURES, heading
+from ..figures.stall_breakdown import breakdown_spec, parts
+from ..model_version import MODEL_VERSION
+from ..study import draw
+from ..study.tables import stall_levels
 
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;
@@ -91,10 +50,6 @@ STYLE += """
 #results-filter{width:24em}
 th[data-sort=asc]::after{content:" ▲"}th[data-sort=desc]::after{content:" ▼"}
 """
-
-COMPUTE_COLOUR = "#55a868"
-OVERHEAD_COLOUR = "#4c72b0"
-
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
@@ -132,30 +87,10 @@ TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "pha
 
 
 def _stall_bar(row: Mapping[str, Any], levels: Sequence[str]) -> str:
-    parts = [(COMPUTE_COLOUR, "compute", row.get("compute_fraction"))]
-    parts += [(fg.STALL_COLOURS[k % len(fg.STALL_COLOURS)], f"stall: {lv}", row.get(f"stall_{lv}"))
-              for k, lv in enumerate(levels)]
-    parts += [(OVERHEAD_COLOUR, "overhead", row.get("overhead_fraction"))]
-    spans = "".join(f"<span title='{_e(name)} {float(v):.1%}' style='width:{100 * float(v):.2f}%;"
-                    f"background:{colour}'></span>" for colour, name, v in parts if v)
+    spans = "".join(f"<span title='{_e(name)} {float(row[col]):.1%}' style='width:{100 * float(row[col]):.2f}%;"
+                    f"background:{colour}'></span>" for name, col, colour in parts(levels, "overhead")
+                    if row.get(col))
     return f"<div class='bar'>{spans}</div>"
-
-
-def _validation(folder: Path) -> dict[str, Any] | None:
-    """The sweep's validation.json (written with the figures), if there is one."""
-    path = folder / "validation.json"
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"damaged ({type(err).__name__}); delete it or run the sweep again",
-                         file=str(path)) from None
-    if not (isinstance(data, dict) and isinstance(data.get("summary"), dict)
-            and isinstance(data.get("cases"), list) and all(isinstance(c, dict) for c in data["cases"])):
-        raise InputError("expected {\"cases\": [...], \"summary\": {...}} as the sweep writes it",
-                         file=str(path))
-    return data
 
 
 def _is_path(spec: str) -> bool:
@@ -221,11 +156,9 @@ def build_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | N
                          else "not a folder: give the folder `memwall sweep --out` wrote", file=str(folder))
     target = writable_file(out if out is not None else folder / "report.html", field="--output")
     rows = read_rows(folder)
-    missing = [n for n in fg.NAMES if n != "validation" and fg.figure_data(folder, n) is None]
-    if not (folder / "validation.json").is_file():
-        missing.append("validation")
+    missing = [n for n, module in FIGURES.items() if not module.OPT_IN and draw.figure_data(folder, n) is None]
     if missing:
-        fg.write_figures(folder, rows, only=missing)
+        draw.write_figures(folder, rows, only=missing)
     text = render(rows, folder)
     try:
         target.write_text(text, encoding="utf-8")
@@ -234,30 +167,25 @@ def build_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | N
     return target
 
 
-def page_data(rows: Sequence[Mapping[str, Any]], folder: Path) -> dict[str, Any]:
-    """Everything the page's script draws from, as one JSON-able dict."""
-    figures: dict[str, Any] = {}
-    for name in PAGE_FIGURES:
-        if name == "validation":
-            figures[name] = _validation(folder) or {"cases": []}
-            continue
-        stored = fg.figure_data(folder, name)
-        figures[name] = stored["data"] if stored else {}
-    drift = figures.get("balance_drift") or {}
-    table = drift.get("machines", [])
-    rules = {fit: keep for fit, _, keep in fg.ERA_FITS}
-    for f in drift.get("fits", []):
-        keep = rules.get(f["fit"])
-        f["ids"] = [r["id"] for r in table if keep and keep(r)]
-    ok = [r for r in rows if r.get("status") == "ok"]
-    points = (figures.get("roofline") or {}).get("points", [])
-    present = {p["machine"] for p in points}
-    return {
-        "rows": list(rows), "figures": figures, "levels": fg.stall_levels(ok),
-        "intensity": fg.no_reuse_intensity([r for r in ok if not r.get("synthetic")]),
-        "stall_colours": fg.STALL_COLOURS, "highwater_classes": list(fg.HIGHWATER_CLASSES),
-        "roofline_machine": next((m for m in fg.ROOFLINE_MACHINES if m in present), None),
-    }
+def figures(folder: Path) -> list[dict[str, Any]]:
+    """Each registered figure, in order, as the page shows it: its name, heading, caption,
+    prose (HTML) and plotly spec, from the data stored in ``folder`` (none: the figure's
+    own note of what it needs)."""
+    out = []
+    for name, module in FIGURES.items():
+        stored = draw.figure_data(folder, name)
+        data = _clean(_labelled(stored["data"])) if stored else {}
+        out.append({"name": name, "heading": heading(name), "caption": module.CAPTION,
+                    "prose": module.prose(data), "spec": _clean(module.plotly(data)), "data": data})
+    return out
+
+
+def machine_specs(ok: Sequence[Mapping[str, Any]], machines: Sequence[str],
+                  levels: Sequence[str]) -> dict[str, Any]:
+    """The machine picker's plot: per machine, its stall breakdown across networks and batches."""
+    return {m: breakdown_spec([r for r in ok if r["machine"] == m],
+                              lambda r: f"{r['network']} b{r['batch']} {r['checkpoint']} {r['updates']} {r['phase']}",
+                              levels, horizontal=False) for m in machines}
 
 
 def _labelled(value: Any) -> Any:
@@ -281,86 +209,6 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _against_seed(rows: Sequence[Mapping[str, Any]], simulated: str, seed: str, what: str, why: str) -> str:
-    """A sentence: how far the simulation's figure is from the seed model's, over ``rows``."""
-    ratios = sorted(r[simulated] / r[seed] for r in rows if r.get(simulated) and r.get(seed))
-    if not ratios:
-        return ""
-    median = ratios[len(ratios) // 2]
-    return f" Against {what}, the simulated value is {ratios[0]:.2g}–{ratios[-1]:.2g}× it (median {median:.2g}×): {why}"
-
-
-def prose(data: Mapping[str, Any]) -> dict[str, str]:
-    """One paragraph per figure whose numbers come from the sweep's data (name -> HTML)."""
-    F = data["figures"]
-    out: dict[str, str] = {}
-    fits = {f["fit"]: f for f in (F.get("balance_drift") or {}).get("fits", [])}
-    if fits:
-        bits = [f"{_e(f['label'])} ({f['machines']} machines, {f['first_year']}–{f['last_year']}): peak "
-                f"×{f['peak_growth']:.2f}, bandwidth ×{f['bandwidth_growth']:.2f}, balance "
-                f"×{f['balance_growth']:.2f}" for f in fits.values()]
-        out["balance_drift"] = ("Growth per two years, each number from the fit named: " + "; ".join(bits)
-                                + f". Gholami et al. give ×{fg.GHOLAMI['peak']:.1f} and ×{fg.GHOLAMI['bandwidth']:.1f} "
-                                "(balance ×1.88) for server hardware of the last two decades.")
-        for link in (F.get("balance_drift") or {}).get("links", []):
-            out["balance_drift"] += (f" Per-device link bandwidth within a node grows ×{link['link_growth']:.2f} per "
-                                     f"two years over the {link['machines']} profiles that state links "
-                                     f"({link['first_year']}–{link['last_year']}; their peak ×{link['peak_growth']:.2f}, "
-                                     f"memory ×{link['bandwidth_growth']:.2f}), against Gholami et al.'s "
-                                     f"×{fg.GHOLAMI['interconnect']:.1f}: the third wall.")
-    flip = (F.get("regime_flip") or {}).get("rows", [])
-    if flip:
-        key = "memory_ratio" if any(r.get("memory_ratio") is not None for r in flip) else "stall_fraction"
-        bits = []
-        for net in dict.fromkeys(r["network"] for r in flip):
-            sub = [r for r in flip if r["network"] == net and r.get(key) is not None]
-            if sub:
-                lo, hi = min(sub, key=lambda r: r[key]), max(sub, key=lambda r: r[key])
-                bits.append(f"{_e(net)} from {lo[key]:.3g} ({_e(lo.get('name'))}) to {hi[key]:.3g} ({_e(hi.get('name'))})")
-        what = "memory time ÷ arithmetic time" if key == "memory_ratio" else "stall fraction"
-        out["regime_flip"] = f"Across the machines, {what} runs: " + "; ".join(bits) + "."
-        out["regime_flip"] += _against_seed(flip, "memory_ratio", "seed_memory_ratio",
-                                            "the seed model's β / I (every operand from main memory once)",
-                                            "below 1 where caches give reuse the seed does not count, above it where "
-                                            "a miss repeats or latency, not bandwidth, sets the memory time.")
-    win = (F.get("batch_window") or {}).get("rows", [])
-    if win:
-        best = max(win, key=lambda r: r["fraction_of_peak"])
-        out["batch_window"] = (f"{_e(best['network'])} reaches its highest fraction of peak, {best['fraction_of_peak']:.2f}, "
-                               f"on {_e(best['name'])} at {best['tokens']} tokens.")
-        out["batch_window"] += _against_seed(win, "fraction_of_peak", "seed_fraction_of_peak",
-                                             "the seed model's fraction of peak",
-                                             "below 1 by the dispatch, waves, tile padding and misses the seed leaves "
-                                             "out, above it where the caches hold what the seed streams.")
-        model = (F.get("batch_window") or {}).get("model") or []
-        if model:
-            out["batch_window"] += (f" The step moves b_w = {model[0]['b_w']:.2f} B per parameter per micro-batch, "
-                                    "so the turns are at " + ", ".join(
-                                        f"{m['t_min']:.0f} tokens ({_e(m['name'])})" for m in model) + ".")
-    val = F.get("validation") or {}
-    summ = val.get("summary") or {}
-    if summ.get("point_cases"):
-        out["validation"] = (f"{summ['point_cases']} point checks: {summ['share_within_2x']:.0%} within 2×, median "
-                             f"|log2 ratio| {summ['median_abs_log2_ratio']:.2f} ({2 ** summ['median_abs_log2_ratio']:.2f}×), "
-                             f"worst {_e(summ['worst_case'])} ({2 ** summ['worst_abs_log2_ratio']:.2f}×).")
-    roof = F.get("roofline") or {}
-    pts = roof.get("points", [])
-    if pts:
-        bound = sum(1 for p in pts if p.get("bound") == "compute")
-        out["roofline"] = (f"{len(pts)} kernels on {len({p['machine'] for p in pts})} machines; "
-                           f"{bound} of them compute-bound. Pick a machine to see its kernels under its roofs.")
-    hw = (F.get("activation_highwater") or {}).get("live", [])
-    if hw:
-        bits = []
-        for ck in dict.fromkeys(r["checkpoint"] for r in hw):
-            sub = [r for r in hw if r["checkpoint"] == ck]
-            peak = max(sub, key=lambda r: r["activations"])
-            bits.append(f"checkpoint {_e(ck)}: activations peak at {peak['activations'] / 2 ** 20:.0f} MiB, "
-                        f"all live bytes at {max(r['total'] for r in sub) / 2 ** 20:.0f} MiB")
-        out["activation_highwater"] = f"{_e(hw[0]['network'])} at batch {hw[0]['batch']}: " + "; ".join(bits) + "."
-    return out
-
-
 def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
     """The report's HTML text, from the rows and the figure data stored in ``folder``."""
     from ..data import data_version
@@ -369,11 +217,10 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
              "network": label(r["network"]) if r.get("network") is not None else None} for r in rows]
     ok = [r for r in rows if r.get("status") == "ok"]
     failed = [r for r in rows if r.get("status") != "ok"]
-    levels = fg.stall_levels(ok)
+    levels = stall_levels(ok)
     real = [r for r in rows if not r.get("synthetic")]
     machines = list(dict.fromkeys(r["machine"] for r in real))
-    data = _clean(_labelled(page_data(rows, folder)))
-    words = prose(data)
+    shown = figures(folder)
     n_synth = len({r["machine"] for r in rows}) - len(machines)
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -390,17 +237,12 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
            "<nav><a href='#figures'>Figures</a><a href='#machines'>Machines</a><a href='#results'>Results</a>"
            + ("<a href='#failed'>Failed cases</a>" if failed else "") + "</nav>",
            "<h2 id='figures'>Figures</h2>"]
-    for name in PAGE_FIGURES:
-        controls = ""
-        if name == "roofline":
-            controls = "<div class='controls'>machine: <select id='roofline-machine'></select></div>"
-        elif name == "activation_highwater":
-            controls = "<div class='controls'><button id='highwater-play'>play</button> a cursor through the step</div>"
-        text = f" {words[name]}" if name in words else ""
-        out.append(f"<figure id='fig-{name}'>{controls}<div class='plot' id='plot-{name}'></div>"
-                   f"<figcaption><b>{_e(fg.TITLES[name])}.</b> {_e(CAPTIONS[name])}{text}</figcaption></figure>")
+    for fig in shown:
+        name, text = fig["name"], f" {fig['prose']}" if fig["prose"] else ""
+        out.append(f"<figure id='fig-{name}'><div class='plot' id='plot-{name}' data-figure='{name}'></div>"
+                   f"<figcaption><b>{_e(fig['heading'])}.</b> {_e(fig['caption'])}{text}</figcaption></figure>")
 
-    validation = data["figures"].get("validation") or {}
+    validation = next(f["data"] for f in shown if f["name"] == "validation")
     if validation.get("cases"):
         summary = validation["summary"]
         out.append("<h3 id='validation'>Validation cases</h3>")
@@ -436,7 +278,8 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
                                    ("error", "reason")]))
     out.append("<p class='muted'>Gholami et al., \"AI and Memory Wall\", IEEE Micro 44(3), 2024, for the "
                "growth rates in figure 1. Machine figures: era_data/machines, each with its source and status.</p>")
-    blob = _inline(json.dumps(data, allow_nan=False, separators=(",", ":")))
+    page = {"figures": {f["name"]: f["spec"] for f in shown}, "machines": _clean(machine_specs(ok, machines, levels))}
+    blob = _inline(json.dumps(page, allow_nan=False, separators=(",", ":")))
     out.append(f"<script type='application/json' id='memwall-data'>{blob}</script>")
     out.append(f"<script>{_inline(_app_js())}</script>")
     out.append("</body></html>\n")
