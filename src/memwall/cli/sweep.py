@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'}"
           f"{shared} in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
     if not args.no_figures:
-        from ..experiments.figures import write_figures
+        from ..study.draw import write_figures
 
         figs = write_figures(result.out, result.rows, quick=args.quick)
         print(f"{len(figs)} figures (PNG and SVG) in {result.out / 'figures'}")
