@@ -14,73 +14,26 @@ from typing import Any
 
 from ..options import Case
 from ..study.validation import (
-    BAND,
     ERAS,
     CaseResult,
     Predictor,
     case_for,
     default_predictor,
-    era_of,
     known_ids,
     to_json,
     validate,
 )
 
-_MARKERS = {"flops": "o", "cups": "s", "cps": "D", "seconds": "v", "samples_per_second": "P"}
-_UNITS = {"flops": "FLOP/s", "cups": "CUPS", "cps": "CPS", "seconds": "s", "samples_per_second": "samples/s"}
-
-
 def validation_figure(cases: Iterable[CaseResult], out_dir: str | Path) -> list[Path]:
-    """Predicted against measured, log-log, the 2x band shaded, points coloured by era.
+    """Figure 7 (:mod:`memwall.figures.validation`) of ``cases``, its points coloured by
+    :data:`ERAS`: writes ``validation.png`` and ``validation.svg`` into out_dir and returns
+    their paths."""
+    from ..figures import validation
+    from ..figures._style import save
 
-    Each metric keeps its own unit (FLOP/s, CUPS, ...) on both axes, so a point's distance
-    from the diagonal is the ratio whatever the metric. Bound checks are drawn hollow, with
-    an arrow-like marker showing on which side the prediction must fall. Writes
-    ``validation.png`` and ``validation.svg`` into out_dir and returns their paths.
-    """
-    import matplotlib.pyplot as plt
-
-    rows = [c.as_dict() for c in cases]
-    rows = [r for r in rows if r.get("predicted") and r.get("measured")]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7.5, 6.5))
-    values = [v for r in rows for v in (r["measured"], r["predicted"])] or [1.0, 10.0]
-    lo, hi = min(values) / 4, max(values) * 4
-    xs = [lo, hi]
-    ax.fill_between(xs, [x / BAND for x in xs], [x * BAND for x in xs], color="0.88", label="within 2x")
-    ax.plot(xs, xs, color="0.4", lw=0.8, label="predicted = measured")
-    colours = dict(zip([e[0] for e in ERAS] + ["year unknown"], ["#b2182b", "#ef8a62", "#2166ac", "0.5"],
-                       strict=True))
-    seen: set[tuple[str, str]] = set()
-    for r in rows:
-        era = era_of(r.get("year"))
-        metric = r["metric"]
-        point = r.get("check", "point") == "point"
-        marker = _MARKERS.get(metric, "o") if point else ("^" if r["check"].startswith("lower") else "v")
-        label_key = (era, metric if point else r["check"])
-        label = None
-        if label_key not in seen:
-            seen.add(label_key)
-            label = f"{era} - {_UNITS.get(metric, metric) if point else r['check']}"
-        ax.scatter(r["measured"], r["predicted"], marker=marker, s=46, zorder=3, label=label,
-                   facecolors=colours[era] if point else "none", edgecolors=colours[era], linewidths=1.2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured (the metric's unit: FLOP/s, CUPS, CPS, s, samples/s)")
-    ax.set_ylabel("predicted by memwall (same unit)")
-    ax.set_title("memwall against published measurements")
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
-    ax.text(0.99, 0.01, "sources: era_data/measurements/*.toml", transform=ax.transAxes,
-            ha="right", va="bottom", fontsize=7, color="0.4")
-    fig.tight_layout()
-    paths = [out_dir / "validation.png", out_dir / "validation.svg"]
-    for path in paths:
-        fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return paths
+    data = {"cases": [c.as_dict() for c in cases],
+            "eras": [{"name": name, "first": lo, "last": hi} for name, lo, hi in ERAS]}
+    return save(validation.draw(data), out_dir, "validation")
 
 
 def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> Predictor:
