@@ -40,14 +40,14 @@ def test_a_compute_bound_product_slows_by_peak_over_ceiling() -> None:
 
 
 def test_the_roofline_draws_the_measured_ceiling_under_the_peak() -> None:
-    from memwall.experiments.figures import fig_roofline
     from memwall.experiments.sweep import machine_roofs
+    from memwall.figures import roofline
 
     (roof,) = machine_roofs(["a100-sxm"])
     assert roof["achievable_flops"]["bf16"] == pytest.approx(271.2e12)
     point = {"machine": "a100-sxm", "network": "gpt2-small", "batch": 8, "intensity": 300.0,
              "intensity_level": "memory", "achieved_flops": 2e14}
-    fig = fig_roofline({"points": [point], "roofs": [roof]})
+    fig = roofline.draw({"points": [point], "roofs": [roof]})
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert any("measured ceiling 2.71e+14" in label for label in labels), labels
 

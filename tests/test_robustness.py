@@ -268,10 +268,9 @@ def test_report_output_is_checked_before_any_work(small_sweep, tmp_path, capsys,
 
 
 def test_report_to_a_full_device(small_sweep, capsys, monkeypatch):
-    import memwall.experiments.figures as fg
+    from memwall.study import draw
 
-    monkeypatch.setattr(fg, "write_figures", lambda *a, **k: {})  # the figures are not what is tested
-    monkeypatch.setattr(fg, "NAMES", ())
+    monkeypatch.setattr(draw, "write_figures", lambda *a, **k: {})  # the figures are not what is tested
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
     assert main(["report", str(small_sweep), "-o", "/dev/full"]) == 2
