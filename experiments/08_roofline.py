@@ -6,7 +6,7 @@ It runs (or resumes) the default study in OUT first.
 
 from _common import parse, study_rows
 
-from memwall.experiments.figures import write_figures
+from memwall.study.draw import write_figures
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

@@ -7,7 +7,7 @@ level counted at every capacity at once (memwall.engine.CapacitySweep).
 
 from _common import parse
 
-from memwall.experiments.figures import write_figures
+from memwall.study.draw import write_figures
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

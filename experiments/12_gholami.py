@@ -10,7 +10,8 @@ import time
 
 from _common import parse
 
-from memwall.experiments.figures import GHOLAMI_MACHINE, figure_data, write_figures
+from memwall.study.draw import figure_data, write_figures
+from memwall.study.gholami import GHOLAMI_MACHINE
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

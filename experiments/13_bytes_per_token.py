@@ -6,7 +6,7 @@ It needs no simulation: the bytes are the step's operands as its kernels name th
 
 from _common import parse
 
-from memwall.experiments.figures import write_figures
+from memwall.study.draw import write_figures
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

@@ -9,7 +9,7 @@ import time
 
 from _common import parse
 
-from memwall.experiments.figures import figure_data, write_figures
+from memwall.study.draw import figure_data, write_figures
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

@@ -111,9 +111,11 @@ def test_sweep_refuses_unknown_level_and_bad_depth():
 def test_llc_capacity_figure_matches_a_replay_at_the_actual_capacity(tmp_path):
     # The figure's data: one sweep per case; at the machine's own capacity it equals a
     # replay of the same step (warm pass, then counted pass) through the machine's levels.
-    from memwall.experiments.figures import fig_llc_capacity, llc_capacity_table, save
+    from memwall.figures import llc_capacity
+    from memwall.figures._style import save
     from memwall.profiles import load_machine
-    from memwall.simulate import Case, build_case_step
+    from memwall.run import Case, build_case_step
+    from memwall.study.tables import llc_capacity_table
     from memwall.workloads.lowering import lower
 
     table = llc_capacity_table((("sun-3-260", "nettalk"),), factor=2)
@@ -135,7 +137,7 @@ def test_llc_capacity_figure_matches_a_replay_at_the_actual_capacity(tmp_path):
         total += (m.bytes_read + m.bytes_written) * kernel.repeat
     actual = [r for r in table if r["actual"]]
     assert len(actual) == 1 and actual[0]["memory_bytes"] == total > 0
-    paths = save(fig_llc_capacity(table), tmp_path, "llc_capacity")
+    paths = save(llc_capacity.draw({"capacity": table}), tmp_path, "llc_capacity")
     assert all(p.stat().st_size > 0 for p in paths)
     import matplotlib.pyplot as plt
 

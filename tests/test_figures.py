@@ -7,7 +7,9 @@ import shutil
 
 import pytest
 
-from memwall.experiments import figures as fg
+from memwall.figures import NAMES
+from memwall.study import tables as tb
+from memwall.study.draw import write_figures
 
 
 @pytest.fixture
@@ -19,11 +21,11 @@ def sweep_copy(tmp_path, quick_sweep):
 
 
 def test_every_figure_is_written_and_not_empty(sweep_copy, pyplot, quick_sweep, fast_measurements):
-    machines = fg.machine_table()
-    ledger = fg.ledger_table(batches=(1, 64, 1024, 4096))
-    written = fg.write_figures(sweep_copy, quick_sweep.rows, machines=machines, ledger=ledger,
+    machines = tb.machine_table()
+    ledger = tb.ledger_table(batches=(1, 64, 1024, 4096))
+    written = write_figures(sweep_copy, quick_sweep.rows, machines=machines, ledger=ledger,
                                measurements=fast_measurements)
-    assert sorted(written) == sorted(fg.NAMES)
+    assert sorted(written) == sorted(NAMES)
     for name, paths in written.items():
         assert [p.suffix for p in paths] == [".png", ".svg"]
         for p in paths:
@@ -39,24 +41,24 @@ def test_a_figure_is_redrawn_only_when_its_data_changed(sweep_copy, pyplot, quic
     rows = quick_sweep.rows
     names = ["regime_flip", "stall_breakdown"]
     png = {n: sweep_copy / "figures" / f"{n}.png" for n in names}
-    fg.write_figures(sweep_copy, rows, only=names)
+    write_figures(sweep_copy, rows, only=names)
     for p in png.values():
         p.write_bytes(b"marker")  # a redraw would overwrite it
-    fg.write_figures(sweep_copy, rows, only=names)
+    write_figures(sweep_copy, rows, only=names)
     assert all(p.read_bytes() == b"marker" for p in png.values())
     # One row's number changes: the figures that draw it are redrawn.
     changed = [dict(r) for r in rows]
-    target = next(r for r in fg.per_example_rows(changed))
+    target = next(r for r in tb.per_example_rows(changed))
     target["stall_fraction"] = 0.5 * (target["stall_fraction"] or 0.1)
-    fg.write_figures(sweep_copy, changed, only=names)
+    write_figures(sweep_copy, changed, only=names)
     assert all(p.read_bytes() != b"marker" for p in png.values())
 
 
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
     # (the validation, the high-water and the capacity sweep draw from the shipped data, not the sweep's rows)
-    sweep_figures = [n for n in fg.NAMES
+    sweep_figures = [n for n in NAMES
                      if n not in ("validation", "activation_highwater", "llc_capacity", "bytes_per_token")]
-    written = fg.write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
+    written = write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
     for paths in written.values():
         assert all(p.stat().st_size > 0 for p in paths)
         assert "No data for this figure" in paths[1].read_text()
@@ -64,8 +66,8 @@ def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
 
 def test_growth_rate_fit():
     years = [2000, 2002, 2004, 2006]
-    assert fg.growth_per_two_years(years, [1, 3, 9, 27]) == pytest.approx(3.0)
-    assert fg.growth_per_two_years(years, [5, 8, 12.8, 20.48]) == pytest.approx(1.6)
+    assert tb.growth_per_two_years(years, [1, 3, 9, 27]) == pytest.approx(3.0)
+    assert tb.growth_per_two_years(years, [5, 8, 12.8, 20.48]) == pytest.approx(1.6)
 
 
 def test_drift_is_fitted_by_era():
@@ -76,7 +78,7 @@ def test_drift_is_fitted_by_era():
               for y in (2010, 2014, 2018)]
     for r in table:
         r["balance"] = r["peak"] / r["bandwidth"]
-    fits = {f["fit"]: f for f in fg.drift_fits(table)}
+    fits = {f["fit"]: f for f in tb.drift_fits(table)}
     assert fits["scalar-vector"]["peak_growth"] == pytest.approx(2.0)
     assert fits["scalar-vector"]["machines"] == 3
     assert fits["accelerator"]["peak_growth"] == pytest.approx(3.0)
@@ -105,31 +107,31 @@ def test_live_bytes_peak_is_the_ledger():
 
 def test_the_flip_is_drawn_on_memory_ratio_when_rows_have_it(tmp_path, pyplot, quick_sweep):
     rows = [dict(r) for r in quick_sweep.rows]
-    assert any(r.get("memory_ratio") for r in fg.per_example_rows(rows))  # the timing reports it
+    assert any(r.get("memory_ratio") for r in tb.per_example_rows(rows))  # the timing reports it
     without = [{**r, "memory_ratio": None} for r in rows]
-    old = fg.write_figures(tmp_path / "a", without, only=["regime_flip"])["regime_flip"][1].read_text()
+    old = write_figures(tmp_path / "a", without, only=["regime_flip"])["regime_flip"][1].read_text()
     assert "memory time" not in old  # rows without memory_ratio: the stall-fraction figure
-    svg = fg.write_figures(tmp_path / "b", rows, only=["regime_flip"])["regime_flip"][1].read_text()
+    svg = write_figures(tmp_path / "b", rows, only=["regime_flip"])["regime_flip"][1].read_text()
     assert "memory time ÷ arithmetic time" in svg and "dispatch and start-up" in svg
 
 
 def test_the_batch_window_turns_where_the_steps_own_bytes_say(tmp_path, pyplot, quick_sweep):
     # bf16 GPT-2: per micro-batch each weight is read twice (forward, backward) and its
     # gradient written once, 2 bytes each; the update's traffic is counted apart.
-    wb = fg.weight_bytes("gpt2-small", 16)
+    wb = tb.weight_bytes("gpt2-small", 16)
     assert wb["b_w"] == pytest.approx(6.0, rel=0.02)
     assert wb["b_update"] > 0
     assert wb["flops_per_token"] == pytest.approx(6.0, rel=0.05)
-    rows = fg.window_rows(quick_sweep.rows)
-    model = fg.window_model(rows)
+    rows = tb.window_rows(quick_sweep.rows)
+    model = tb.window_model(rows)
     assert model and all(m["t_min"] == pytest.approx(m["balance"] * wb["b_w"] / wb["flops_per_token"])
                          for m in model)
-    svg = fg.write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
+    svg = write_figures(tmp_path, quick_sweep.rows, only=["batch_window"])["batch_window"][1].read_text()
     assert "T_min" in svg
 
 
 def test_bytes_per_token_fall_as_one_over_t_except_the_activations():
-    a, b = fg.bytes_per_token_table(batches=(4, 8), dp=8)
+    a, b = tb.bytes_per_token_table(batches=(4, 8), dp=8)
     assert b["tokens"] == 2 * a["tokens"]
     for part in ("weights", "optimizer", "communication"):
         assert b[part] == pytest.approx(a[part] / 2, rel=0.02), part  # read once per visit, shared by the batch
@@ -139,14 +141,14 @@ def test_bytes_per_token_fall_as_one_over_t_except_the_activations():
 
 
 def test_the_batch_window_s_ceiling_and_floor_per_optimizer_step():
-    crit = fg.critical_batch("gpt2-small")
+    crit = tb.critical_batch("gpt2-small")
     assert crit["non_embedding"] == 85_056_000  # GPT-2 small without its token and position tables
     loss = (8.8e13 / 85_056_000) ** 0.076  # Kaplan et al. 2020, eq. 1.1
     assert crit["b_crit"] == pytest.approx(2e8 / loss ** (1 / 0.21))  # their eq. 1.4
-    assert fg.critical_batch("nettalk") is None
+    assert tb.critical_batch("nettalk") is None
     rows = [{"machine": "h100-sxm", "name": "H100", "balance": 295.3, "network": "gpt2-small", "seq_len": 1024,
              "dtype": "bf16"}]
-    (model,) = fg.window_model(rows)
+    (model,) = tb.window_model(rows)
     assert model["t_step"] == pytest.approx(295.3 * (model["b_update"] + 3.5) / model["flops_per_token"])
     assert model["t_min"] < model["t_step"] < model["t_opt"] < model["b_crit"]
     assert model["t_opt"] == pytest.approx((model["t_step"] * model["b_crit"]) ** 0.5)
@@ -159,7 +161,49 @@ def test_the_wide_network_is_drawn_beside_the_window_not_instead_of_it():
                 "tokens": 16 * batch, "fraction_of_peak": 0.1, "d_min": 1100.0, "seconds": 1.0}
     rows = [row(m, "gpt2-small", b) for m in ("h100-sxm", "a100-sxm") for b in (1, 8, 64)]
     rows += [row("h100-sxm", "gpt2-xl", b, f) for f in ("none", "full") for b in (1, 8, 64)]
-    assert {r["network"] for r in fg.window_rows(rows)} == {"gpt2-small"}
-    wide = fg.wide_window_rows(rows)
+    assert {r["network"] for r in tb.window_rows(rows)} == {"gpt2-small"}
+    wide = tb.wide_window_rows(rows)
     assert {(r["network"], r["fusion"]) for r in wide} == {("gpt2-xl", "none"), ("gpt2-xl", "full")}
     assert all(r["d_model"] == 1600 for r in wide)
+
+
+# --- the registry: one module a figure, each drawn by matplotlib and as a plotly spec -------------
+
+
+def test_every_figure_module_is_registered_numbered_and_captioned():
+    import pkgutil
+
+    import memwall.figures as figures
+
+    modules = {m.name for m in pkgutil.iter_modules(figures.__path__) if not m.name.startswith("_")}
+    assert set(figures.FIGURES) == modules
+    numbers = [m.NUMBER for m in figures.FIGURES.values()]
+    assert len(set(numbers)) == len(numbers) and numbers == sorted(numbers)
+    for name, module in figures.FIGURES.items():
+        assert module.NAME == name and module.TITLE.strip() and module.CAPTION.strip(), name
+        assert module.TABLES and all(isinstance(t, str) for t in module.TABLES), name
+    assert set(figures.NAMES) | set(figures.OPT_IN) == set(figures.FIGURES)
+    assert set(figures.OPT_IN) == {"gholami", "tricks"}
+
+
+def test_a_figure_never_loads_the_model_or_matplotlib_on_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, memwall.figures; print(sorted(m for m in sys.modules if m.startswith(("
+            "'memwall.run', 'memwall.simulate', 'memwall.engine', 'memwall.workloads', 'memwall.networks', "
+            "'memwall.profiles', 'memwall._csim', 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_every_figure_draws_and_specs_an_empty_sweep(pyplot):
+    from memwall.figures import FIGURES
+
+    for name, module in FIGURES.items():
+        fig = module.draw({})
+        assert fig.axes, name
+        pyplot.close(fig)
+        spec = module.plotly({})
+        assert spec["data"] == [] and "No data" in spec["layout"]["annotations"][0]["text"], name
+        assert module.prose({}) == "", name

@@ -9,10 +9,12 @@ import re
 
 import pytest
 
-from memwall.experiments import figures as fg
+from memwall.figures import NAMES, OPT_IN
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.simulate import Case, run_case
+from memwall.run import Case, run_case
+from memwall.study import gholami as gh
+from memwall.study.draw import write_figures
 
 SMALL = (16, 32)
 
@@ -50,22 +52,22 @@ def test_bert_base_has_bertmodels_110m_parameters():
 
 
 def test_presets_get_the_positions_a_long_sequence_needs(tmp_path):
-    files = fg._long_presets(["bert-base", "gpt2-small"], 2048, tmp_path)
+    files = gh._long_presets(["bert-base", "gpt2-small"], 2048, tmp_path)
     longer = load_network(files["bert-base"])
     assert longer.max_positions == 2048
     assert longer.parameters - load_network("bert-base").parameters == (2048 - 512) * 768
     assert load_network(files["gpt2-small"]).max_positions == 2048
-    assert fg._long_presets(["bert-base"], 512, tmp_path) == {"bert-base": "bert-base"}
+    assert gh._long_presets(["bert-base"], 512, tmp_path) == {"bert-base": "bert-base"}
 
 
 def test_summed_decode_is_exact_for_a_linear_cost_and_needs_its_end_points():
-    steps = {c: {"flops": 3.0 + 2 * c, "bytes": 7.0 + c, "seconds": 1.0} for c in fg.gholami_contexts([64])}
-    total = fg.summed_decode(steps, 64)
+    steps = {c: {"flops": 3.0 + 2 * c, "bytes": 7.0 + c, "seconds": 1.0} for c in gh.gholami_contexts([64])}
+    total = gh.summed_decode(steps, 64)
     assert total == {"flops": sum(3 + 2 * c for c in range(64)), "bytes": sum(7 + c for c in range(64)),
                      "seconds": 64.0}
-    assert fg.gholami_contexts([16]) == [0, 7, 11, 15]
+    assert gh.gholami_contexts([16]) == [0, 7, 11, 15]
     with pytest.raises(ValueError, match="contexts 0 and 15 sampled"):
-        fg.summed_decode({0: steps[0], 31: steps[31]}, 16)
+        gh.summed_decode({0: steps[0], 31: steps[31]}, 16)
 
 
 @pytest.fixture(scope="module")
@@ -84,30 +86,30 @@ def runs():
 
 def test_the_sampled_sum_is_within_its_bound_of_the_exact_one(runs):
     length = 16
-    exact = {c: fg._step_metrics(runs(Case(machine="xeon-gold-6242", network="gpt2-small", phase="decode",
+    exact = {c: gh._step_metrics(runs(Case(machine="xeon-gold-6242", network="gpt2-small", phase="decode",
                                              context=c, dtype="int8"))) for c in range(length)}
-    sampled = {c: exact[c] for c in fg.gholami_contexts([length])}
-    approx, full = fg.summed_decode(sampled, length), fg.summed_decode(exact, length)
+    sampled = {c: exact[c] for c in gh.gholami_contexts([length])}
+    approx, full = gh.summed_decode(sampled, length), gh.summed_decode(exact, length)
     assert len(sampled) < length
-    for metric in fg.GHOLAMI_METRICS:
+    for metric in gh.GHOLAMI_METRICS:
         assert full[metric] == pytest.approx(sum(exact[c][metric] for c in range(length)))
-        assert abs(approx[metric] - full[metric]) <= fg.GHOLAMI_SUM_BOUND * full[metric], metric
+        assert abs(approx[metric] - full[metric]) <= gh.GHOLAMI_SUM_BOUND * full[metric], metric
 
 
 @pytest.fixture(scope="module")
 def table(runs):
-    return fg.gholami_table(lengths=SMALL, machines=("xeon-gold-6242",), decode_batch=2, run=runs)
+    return gh.gholami_table(lengths=SMALL, machines=("xeon-gold-6242",), decode_batch=2, run=runs)
 
 
 def test_the_decoder_has_lower_intensity_than_both_encoders_at_every_length(table):
     one = [r for r in table if r["batch"] == 1]
-    assert {(r["network"], r["length"]) for r in one} == {(n, L) for n, _ in fg.GHOLAMI_NETWORKS for L in SMALL}
+    assert {(r["network"], r["length"]) for r in one} == {(n, L) for n, _ in gh.GHOLAMI_NETWORKS for L in SMALL}
     for length in SMALL:
         at = {r["network"]: r for r in one if r["length"] == length}
         assert at["gpt2-small"]["intensity"] < min(at["bert-base"]["intensity"], at["bert-large"]["intensity"])
         assert at["gpt2-small"]["latency_norm"] > at["bert-base"]["latency_norm"]
     # Generating twice the tokens costs about twice the steps; the encoders' pass grows less.
-    growth = {s["network"]: s["latency_growth"] for s in fg.gholami_summary(table) if s["what"] == "latency growth"}
+    growth = {s["network"]: s["latency_growth"] for s in gh.gholami_summary(table) if s["what"] == "latency growth"}
     assert growth["gpt2-small"] > max(growth["bert-base"], growth["bert-large"])
     # Batched decode shares the weight reads: more FLOPs per byte than one sequence.
     dec = {(r["batch"], r["length"]): r for r in table if r["network"] == "gpt2-small"}
@@ -118,7 +120,7 @@ def test_the_decoder_has_lower_intensity_than_both_encoders_at_every_length(tabl
 
 def test_the_figure_is_written_with_its_data_and_reused(tmp_path, pyplot, runs):
     options = {"lengths": SMALL, "machines": ("xeon-gold-6242",), "decode_batch": 2, "run": runs}
-    written = fg.write_figures(tmp_path, [], only=["gholami"], gholami=options)
+    written = write_figures(tmp_path, [], only=["gholami"], gholami=options)
     png, svg = written["gholami"]
     assert png.stat().st_size > 20000 and "No data for this figure" not in svg.read_text()
     assert (tmp_path / "figures" / "gholami.csv").read_text().count("\n") == 1 + 3 * len(SMALL) + len(SMALL)
@@ -129,7 +131,7 @@ def test_the_figure_is_written_with_its_data_and_reused(tmp_path, pyplot, runs):
     def refuse(case):
         raise AssertionError(f"unchanged inputs were simulated again: {case}")
 
-    fg.write_figures(tmp_path, [], only=["gholami"], gholami={**options, "run": refuse})
+    write_figures(tmp_path, [], only=["gholami"], gholami={**options, "run": refuse})
     assert png.read_bytes() == b"marker" and len(runs.seen) == calls
     # opt-in: a sweep's figures (NAMES, drawn when ``only`` is not given) leave it out
-    assert "gholami" in fg.OPT_IN and "gholami" not in fg.NAMES
+    assert "gholami" in OPT_IN and "gholami" not in NAMES

@@ -16,8 +16,10 @@ import subprocess
 import pytest
 
 from memwall.cli import main
-from memwall.experiments import figures as fg
-from memwall.experiments.report import PAGE_FIGURES, build_report
+from memwall.experiments.report import build_report
+from memwall.figures import FIGURES
+from memwall.study import tables as tb
+from memwall.study.draw import write_figures
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +27,9 @@ def sweep_dir(tmp_path_factory, quick_sweep, fast_measurements):
     """A copy of the session's sweep folder, with its figures drawn."""
     out = tmp_path_factory.mktemp("report") / "sweep"
     shutil.copytree(quick_sweep.out, out)
-    machines = fg.machine_table()
-    ledger = fg.ledger_table(batches=(1, 1024, 4096))
-    fg.write_figures(out, quick_sweep.rows, machines=machines, ledger=ledger, measurements=fast_measurements)
+    machines = tb.machine_table()
+    ledger = tb.ledger_table(batches=(1, 1024, 4096))
+    write_figures(out, quick_sweep.rows, machines=machines, ledger=ledger, measurements=fast_measurements)
     return out
 
 
@@ -39,8 +41,8 @@ def _data(text: str) -> dict:
 def test_report_is_self_contained(sweep_dir, pyplot, sweep_cases):
     path = build_report(sweep_dir)
     text = path.read_text()
-    for name in PAGE_FIGURES:
-        assert f"<div class='plot' id='plot-{name}'>" in text
+    for name in FIGURES:
+        assert f"<div class='plot' id='plot-{name}' data-figure='{name}'>" in text
     # Nothing to fetch: no element loads a URL, no other file.
     assert not re.search(r"""<(script|link|img|iframe)[^>]*\s(src|href)=""", text)
     assert "Plotly.newPlot" in text and "plotly.js" in text.lower()
@@ -51,19 +53,22 @@ def test_report_is_self_contained(sweep_dir, pyplot, sweep_cases):
     # the validation cases, as a table with their notes
     assert "id='validation'" in text and "deepbench-v100-fp32-4096x16x4096" in text
     data = _data(text)
-    assert {r["machine"] for r in data["rows"]} == {c.machine for c in sweep_cases}
-    assert data["figures"]["roofline"]["points"] and data["figures"]["roofline"]["roofs"]
-    assert data["figures"]["activation_highwater"]["live"]
-    capacity = data["figures"]["llc_capacity"]["capacity"]
-    assert capacity and sum(r["actual"] for r in capacity) == len(fg.LLC_CASES)  # each machine's own marked
+    assert set(data["machines"]) == real and all(data["machines"][m]["data"] for m in real)
+    assert data["figures"]["roofline"]["data"] and data["figures"]["roofline"]["layout"]["updatemenus"]
+    assert data["figures"]["activation_highwater"]["layout"]["sliders"]
+    capacity = data["figures"]["llc_capacity"]["data"]
+    marked = [s for t in capacity for s in t["marker"]["symbol"] if s == "circle-open"]
+    assert len(capacity) == len(marked) == len(tb.LLC_CASES)  # each machine's own marked
 
 
 def test_prose_numbers_come_from_the_data(sweep_dir):
+    from memwall.study.draw import figure_data
+
     text = build_report(sweep_dir).read_text()
-    fits = {f["fit"]: f for f in _data(text)["figures"]["balance_drift"]["fits"]}
+    fits = {f["fit"]: f for f in figure_data(sweep_dir, "balance_drift")["data"]["fits"]}
     acc = fits["accelerator"]
     assert f"balance ×{acc['balance_growth']:.2f}" in text
-    win = _data(text)["figures"]["batch_window"]["rows"]
+    win = figure_data(sweep_dir, "batch_window")["data"]["rows"]
     best = max(win, key=lambda r: r["fraction_of_peak"])
     assert f"{best['fraction_of_peak']:.2f}, on {best['name']} at {best['tokens']} tokens" in text
 
@@ -105,10 +110,10 @@ def test_report_renders_in_headless_chromium(sweep_dir, tmp_path):
     # The page's own script counts the plots plotly drew (every figure and the machine
     # picker's) and the errors it saw.
     plots = path.read_text().count("<div class='plot' id='plot-")
-    assert plots == len(PAGE_FIGURES) + 1
+    assert plots == len(FIGURES) + 1
     assert f'data-figures-rendered="{plots}"' in dom, re.findall(r'data-(?:figures|errors)[a-z-]*="[^"]*"', dom)
     assert 'data-errors="0"' in dom
-    for name in PAGE_FIGURES:
+    for name in FIGURES:
         assert re.search(rf'id="plot-{name}"[^>]*data-rendered="1"', dom), name
     assert dom.count('class="main-svg"') >= plots  # plotly's own SVG, in every plot
     # No console error from the page.
@@ -119,3 +124,27 @@ def test_report_renders_in_headless_chromium(sweep_dir, tmp_path):
     outside = {u for u in urls if not u.startswith(("file:", "data:", "blob:", "about:", "chrome"))
                and not BROWSER_OWN.match(u)}
     assert not outside, outside
+
+
+def test_every_registered_figure_is_drawn_and_on_the_page(sweep_dir, pyplot):
+    """Each figure of the registry draws its stored data (matplotlib) and gives a plotly
+    spec, and the page shows its heading, caption and that spec."""
+    import html
+
+    from memwall.figures import heading
+    from memwall.study.draw import figure_data
+
+    text = build_report(sweep_dir).read_text()
+    data = _data(text)
+    assert list(data["figures"]) == list(FIGURES)
+    for name, module in FIGURES.items():
+        stored = figure_data(sweep_dir, name)
+        assert stored is not None or module.OPT_IN, f"{name}: not drawn by the sweep"
+        tables = stored["data"] if stored else {}
+        fig = module.draw(tables)
+        assert fig.axes, name
+        pyplot.close(fig)
+        spec = module.plotly(tables)
+        assert set(spec) == {"data", "layout"} and (spec["data"] or module.OPT_IN), name
+        assert len(data["figures"][name]["data"]) == len(spec["data"]), name
+        assert f"<b>{html.escape(heading(name))}.</b> {html.escape(module.CAPTION)}" in text, name

@@ -1,5 +1,5 @@
 """Figure 7, the validation: memwall's predictions against published measurements,
-log-log, the 2x band shaded (the judge is :mod:`memwall.experiments.validate`)."""
+log-log, the 2x band shaded (the judge is :mod:`memwall.study.validation`)."""
 
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
         atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
-        from ..experiments.validate import write_validation
+        from ..execute.validation import write_validation
 
         written["validation"] = write_validation(out, measurements, one_device=quick)
     return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}
