@@ -30,15 +30,22 @@ NEW_SRC = Path(__file__).resolve().parents[1] / "src"
 
 LIST = """
 import dataclasses, json, sys
-from memwall.experiments.sweep import study
+try:
+    from memwall.study.design import study
+except ImportError:  # a commit before memwall.study
+    from memwall.experiments.sweep import study
 json.dump([dataclasses.asdict(c) for c in study()], open(sys.argv[1], "w"))
 """
 
 RUN = """
 import dataclasses, json, resource, sys, time
 from pathlib import Path
-from memwall.experiments import sweep as sw
-from memwall.simulate import Case
+try:
+    from memwall.execute import sweep as sw
+    from memwall.run import Case
+except ImportError:  # a commit before memwall.execute and memwall.run
+    from memwall.experiments import sweep as sw
+    from memwall.simulate import Case
 names = {f.name for f in dataclasses.fields(Case)}
 cases = [Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items() if k in names})
          for c in json.load(open(sys.argv[1]))]

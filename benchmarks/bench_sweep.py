@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from memwall.experiments import sweep as sw
+from memwall.execute import sweep as sw
 from memwall.simulate import run_case
 from memwall.study.design import study
 

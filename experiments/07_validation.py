@@ -6,7 +6,7 @@ notes); experiments/README.md says how to read it. It needs no sweep.
 
 from _common import parse
 
-from memwall.experiments.validate import write_validation
+from memwall.execute.validation import write_validation
 
 if __name__ == "__main__":
     args = parse(__doc__.splitlines()[0])

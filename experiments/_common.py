@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memwall.experiments import sweep as sw
+from memwall.execute import sweep as sw
 from memwall.study.design import study
 
 

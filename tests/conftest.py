@@ -70,9 +70,9 @@ def sweep_cases() -> list:
 
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory, sweep_cases):
-    """:func:`memwall.experiments.sweep.run_sweep` of ``sweep_cases``, run once per session.
+    """:func:`memwall.execute.sweep.run_sweep` of ``sweep_cases``, run once per session.
     Its folder is shared: a test that writes there copies it first."""
-    from memwall.experiments import sweep as sw
+    from memwall.execute import sweep as sw
 
     result = sw.run_sweep(sweep_cases, tmp_path_factory.mktemp("quick-sweep"), jobs=2, progress=False)
     assert not result.failed, result.failed

@@ -40,7 +40,7 @@ def test_a_compute_bound_product_slows_by_peak_over_ceiling() -> None:
 
 
 def test_the_roofline_draws_the_measured_ceiling_under_the_peak() -> None:
-    from memwall.experiments.sweep import machine_roofs
+    from memwall.execute.sweep import machine_roofs
     from memwall.figures import roofline
 
     (roof,) = machine_roofs(["a100-sxm"])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from memwall.experiments import sweep as sw
+from memwall.execute import sweep as sw
 from memwall.study import design
 
 pytest.importorskip("dask.distributed")

@@ -17,11 +17,13 @@ import pytest
 
 import memwall.run.case as running
 import memwall.run.plan as planning
-from memwall.experiments import sweep as sw
-from memwall.experiments.store import REPLAYS_DIR, ReplayStore
+from memwall.execute import sweep as sw
+from memwall.execute import worker
+from memwall.execute.feeder import WAIT, Feeder
+from memwall.execute.store import REPLAYS_DIR, ReplayStore
 from memwall.profiles import load_machine
-from memwall.run.row import case_key
 from memwall.run import Case, engine_fields, replay_key, run_case
+from memwall.run.row import case_key
 from memwall.study import design
 from memwall.study.identity import load_machine_spec, synthetic_spec
 
@@ -101,10 +103,10 @@ def test_cases_waiting_for_a_replay_in_flight_are_held_back(tmp_path):
     a, b, c = (Case(m, "nettalk") for m in ("h100-sxm", "h200", "vax-11-780"))
     store = sw.Store(tmp_path)
     keys = {x: case_key(x) for x in (a, b, c)}
-    feeder = sw._Feeder([a, b, c], store, keys, replay_keys={a: "k1", b: "k1", c: "k2"})
+    feeder = Feeder([a, b, c], store, keys, replay_keys={a: "k1", b: "k1", c: "k2"})
     assert feeder.take() == a
     assert feeder.take() == c  # b waits: a is computing its replay
-    assert feeder.take() is sw._WAIT
+    assert feeder.take() is WAIT
     feeder.finished(a)
     assert feeder.take() == b
     store.release_all()
@@ -180,10 +182,10 @@ def test_the_cost_estimate_leaves_every_plan_for_the_workers():
     from memwall.profiles import machine_ids
 
     cases = design.product([m for m in machine_ids() if m != "TEMPLATE"], ["nettalk"], [1, 2, 4])
-    monkey = sw._PREPARED
+    monkey = worker._PREPARED
     try:
-        sw._PREPARED = None
+        worker._PREPARED = None
         plan = sw.plan_costs(cases, None)
-        assert len(sw._prepared()._plans) == len(set(plan.replay_keys.values())) > 100
+        assert len(worker.process_prepared()._plans) == len(set(plan.replay_keys.values())) > 100
     finally:
-        sw._PREPARED = monkey
+        worker._PREPARED = monkey

@@ -4,7 +4,7 @@ source: tests/test_model_version.py)."""
 
 from __future__ import annotations
 
-from memwall.experiments.validate import cached_predictor, write_validation
+from memwall.execute.validation import cached_predictor, write_validation
 from memwall.simulate import Case
 
 

@@ -24,8 +24,8 @@ from probes import measurement_text
 
 from memwall.cli import main
 from memwall.data import era_data_dir
-from memwall.experiments import sweep as sw
-from memwall.experiments.store import Store
+from memwall.execute import sweep as sw
+from memwall.execute.store import Store
 from memwall.run.row import case_key
 from memwall.simulate import Case
 from memwall.study import design
@@ -119,7 +119,7 @@ def test_sweep_outputs_honour_the_umask(tmp_path):
 SHARED_SCRIPT = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
-    from memwall.experiments import sweep as sw
+    from memwall.execute import sweep as sw
     from memwall.simulate import Case
     cases = [Case(**d) for d in json.loads({cases!r})]
     log = {log!r}
@@ -127,7 +127,7 @@ SHARED_SCRIPT = textwrap.dedent("""
         with open(log, "a") as f:
             f.write(f"{tag} {{case.network}} {{case.batch}}\\n")
         time.sleep({delay})
-        return sw._default_runner(case, machine)
+        return sw.default_runner(case, machine)
     res = sw.run_sweep(cases, {out!r}, jobs={jobs}, runner=slow, progress=False)
     print(json.dumps({{"computed": res.computed, "shared": res.shared, "rows": len(res.rows)}}))
 """)
@@ -163,7 +163,7 @@ def test_a_claim_of_a_killed_process_is_taken_over(tmp_path):
     key = case_key(CASES[0])
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from memwall.experiments.store import Store
+        from memwall.execute.store import Store
         store = Store({str(out)!r})
         assert store.claim({key!r})
         print("claimed", flush=True)
@@ -474,7 +474,7 @@ def dying_runner(case, machine=None):
     """The real runner, except that batch 3 kills its own worker, as the OOM killer would."""
     if case.batch == 3:
         os.kill(os.getpid(), signal.SIGKILL)
-    return sw._default_runner(case, machine)
+    return sw.default_runner(case, machine)
 
 
 def test_a_worker_that_dies_fails_its_case_and_the_sweep_goes_on(tmp_path):
@@ -674,8 +674,8 @@ def test_a_head_width_that_would_be_truncated_is_refused(tmp_path, capsys):
 
 def test_the_sweep_refuses_a_case_over_the_limit_before_any_worker_runs(tmp_path, monkeypatch):
     ran = []
-    monkeypatch.setattr(sw, "_run_here", lambda feeder, *a, **k: ran.append(feeder))
-    monkeypatch.setattr(sw, "_run_local", lambda feeder, *a, **k: ran.append(feeder))
+    monkeypatch.setattr(sw, "run_here", lambda feeder, *a, **k: ran.append(feeder))
+    monkeypatch.setattr(sw, "run_local", lambda feeder, *a, **k: ran.append(feeder))
     result = sweep(tmp_path / "s", design.product([OLD], ["nettalk"], [64]), max_lookups=1000)
     assert not ran
     (row,) = result.rows

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from memwall.errors import InputError
-from memwall.experiments import sweep as sw
-from memwall.experiments.store import Store, read_rows
+from memwall.execute import sweep as sw
+from memwall.execute.store import Store, read_rows
 from memwall.run.row import case_key, make_row
 from memwall.simulate import Case
 from memwall.study import design
@@ -63,13 +63,13 @@ def test_killed_halfway_resumes_with_every_case_once(tmp_path, quick_sweep, swee
     cases_json = json.dumps([c.as_dict() for c in CASES])
     script = textwrap.dedent(f"""
         import json, sys
-        from memwall.experiments import sweep as sw
+        from memwall.execute import sweep as sw
         from memwall.simulate import Case
         cases = [Case(**d) for d in json.loads({cases_json!r})]
         def slow(case, machine=None):
             import time
             time.sleep(0.4)
-            return sw._default_runner(case, machine)
+            return sw.default_runner(case, machine)
         sw.run_sweep(cases, {str(out)!r}, jobs=1, runner=slow, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
@@ -115,7 +115,7 @@ def failing_runner(case: Case, machine=None):
     """The real runner, except that batch 3 fails, as a broken case would."""
     if case.batch == 3:
         raise ValueError("batch 3 is the designated failure")
-    return sw._default_runner(case, machine)
+    return sw.default_runner(case, machine)
 
 
 def test_a_failing_case_is_recorded_and_the_rest_finish(tmp_path):
@@ -146,7 +146,7 @@ def test_bad_arguments_fail_before_any_work(tmp_path, case, message):
 
     def spy(c, machine=None):
         calls.append(c)
-        return sw._default_runner(c, machine)
+        return sw.default_runner(c, machine)
 
     with pytest.raises(InputError, match=message):
         run(tmp_path, CASES[:1] + [case], runner=spy, jobs=1)
@@ -221,7 +221,7 @@ def test_rows_say_whether_the_weights_fit_on_chip():
 
 
 def test_records_round_trip_compact_nan_and_the_indented_form_of_earlier_versions(tmp_path):
-    from memwall.experiments import store as st
+    from memwall.execute import store as st
 
     s = Store(tmp_path)
     record = {"key": "k1", "status": "ok", "row": {"seconds": 1.5, "ratio": float("nan"), "dims": (1, 2)},
@@ -248,7 +248,7 @@ def test_a_record_as_written_is_checked_from_its_bytes_and_an_edited_one_is_not_
     """A record in the form Store.put writes is verified by hashing its bytes (a sweep reads
     back hundreds of records of tens of kilobytes); a record whose bytes were changed is
     checked the slow way, and refused when its content changed."""
-    from memwall.experiments import store as st
+    from memwall.execute import store as st
 
     s = Store(tmp_path)
     path = s.put({"key": "k1", "status": "ok", "row": {"seconds": 1.5}})

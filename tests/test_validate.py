@@ -286,7 +286,7 @@ def test_real_simulator_on_fast_shipped_cases() -> None:
 def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path) -> None:
     from probes import measurement_text
 
-    from memwall.experiments.validate import write_validation
+    from memwall.execute.validation import write_validation
 
     folder = tmp_path / "m"
     folder.mkdir()
@@ -301,7 +301,7 @@ def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path) -> No
 def test_a_quick_sweep_validates_the_one_device_measurements_only(tmp_path: Path) -> None:
     from probes import measurement_text
 
-    from memwall.experiments.validate import write_validation
+    from memwall.execute.validation import write_validation
 
     folder = tmp_path / "m"
     folder.mkdir()

@@ -2,7 +2,7 @@
 
 The page is built from what the sweep wrote into DIR (``results.json``, ``figures/``,
 ``validation.json``) and the shipped profiles; a damaged ``results.json`` is one error
-line and exit status 2 (see :func:`memwall.experiments.store.read_rows`).
+line and exit status 2 (see :func:`memwall.execute.store.read_rows`).
 """
 
 from __future__ import annotations

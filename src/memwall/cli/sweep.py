@@ -171,7 +171,7 @@ def _expand(cases: list, args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments import sweep as sw
+    from ..execute import sweep as sw
     from ..run import checks
 
     sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing

@@ -18,7 +18,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..experiments.store import dumps
+from ..execute.store import dumps
 
 if TYPE_CHECKING:
     from ..profiles import Machine

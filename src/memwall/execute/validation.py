@@ -1,0 +1,112 @@
+"""Validation of a sweep folder: every measurement predicted, side by side, and stored.
+
+Owns: :func:`cached_predictor` (predictions stored like sweep cases, so a rerun predicts
+only what changed), :func:`prefetch` (the predictions made on the worker processes of
+:func:`memwall.execute.pool.map_cases`, not one after another) and
+:func:`write_validation` (``validation.json`` and the validation figure beside a sweep's
+results). The judge itself is :mod:`memwall.study.validation`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..run import Case
+from ..study.validation import Predictor, case_for, default_predictor, known_ids, to_json, validate
+
+
+def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> Predictor:
+    """``predictor`` (default :func:`memwall.run.run_case`), its answers stored in
+    ``folder`` like sweep cases: keyed by the case, the machine profile, the network and
+    :data:`memwall.MODEL_VERSION`, so a rerun predicts only what changed."""
+    from ..run.row import case_key
+    from .store import Store
+
+    store = Store(folder, content="result")
+    predict = predictor or default_predictor()
+
+    def run(case: Case) -> Mapping[str, Any]:
+        key = case_key(case)
+        rec = store.get(key)
+        if rec is not None and rec.get("status") == "ok":
+            return rec["result"]
+        result = dict(predict(case))
+        result.pop("kernels", None)  # the judge needs the step's totals, not its kernels
+        store.put({"key": key, "status": "ok", "case": case.as_dict(), "result": result})
+        return result
+
+    return run
+
+
+def _predict_one(case: Case) -> tuple[Case, dict[str, Any] | None]:
+    from ..run import run_case
+
+    try:
+        return case, dict(run_case(case))
+    except Exception:  # noqa: BLE001 - validate() asks again in the parent and reports why on the case
+        return case, None
+
+
+def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None) -> int:
+    """Predict, on ``jobs`` worker processes (None: the cores), every case not yet stored
+    in ``folder`` (:func:`cached_predictor`'s store), so that the validation's predictions
+    run side by side rather than one after another; returns how many were computed. A
+    case that fails is left for :func:`validate`, which reports its reason."""
+    from ..run.row import case_key
+    from .pool import default_jobs, map_cases
+    from .store import Store
+
+    store = Store(folder, content="result")
+    todo = list(dict.fromkeys(c for c in cases if (store.get(case_key(c)) or {}).get("status") != "ok"))
+    jobs = min(jobs or default_jobs(), len(todo))
+    if jobs < 2:
+        return 0
+    done = 0
+    # Ctrl-C, a dead worker: the workers are killed, not waited for; finished predictions are kept
+    for case, result in map_cases(_predict_one, todo, jobs):
+        if result is not None:
+            result.pop("kernels", None)
+            store.put({"key": case_key(case), "status": "ok", "case": case.as_dict(), "result": result})
+            done += 1
+    return done
+
+
+def write_validation(out: str | Path, measurements: str | Path | None = None, *, jobs: int | None = None,
+                     one_device: bool = False) -> list[Path]:
+    """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
+    a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
+    ``.svg``, and the figure's data as ``.csv``) beside its figures.
+
+    Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), made
+    on ``jobs`` processes (:func:`prefetch`), and the figure is redrawn only when the
+    table it draws differs from the one last drawn. ``one_device`` keeps the measurements
+    of one device (a quick sweep's: the multi-device point checks take minutes to predict;
+    ``memwall validate`` and the full sweep run them all)."""
+    from ..experiments.validate import validation_figure
+    from ..study.measurements import load_measurements
+    from .store import atomic_write, write_csv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    measured = load_measurements(measurements)
+    if one_device:
+        measured = [m for m in measured if m.dp * m.tp * m.pp == 1]
+    known = known_ids("machine"), known_ids("network")
+    prefetch([case_for(m) for m in measured if m.machine in known[0] and (m.network is None or m.network in known[1])],
+             out / "validation", jobs)
+    results = validate(measured, cached_predictor(out / "validation"))
+    data = to_json(results)
+    text = json.dumps(data, indent=1) + "\n"
+    figdir = out / "figures"
+    paths = [figdir / "validation.png", figdir / "validation.svg"]
+    old = out / "validation.json"
+    same = old.is_file() and old.read_text(encoding="utf-8") == text and all(p.is_file() for p in paths)
+    if same:
+        return paths
+    atomic_write(old, text)
+    paths = validation_figure(results, figdir)
+    write_csv(figdir / "validation.csv", data["cases"])
+    return paths
