@@ -13,7 +13,7 @@ the version of every JSON document the CLI prints. It imports no loader: they im
 The declarations themselves live beside the objects they build: the machine profile in
 :mod:`memwall.profiles`, the ``[[level]]`` table and the hierarchy file in
 :mod:`memwall.levels`, network presets in :mod:`memwall.networks`, measurements in
-:mod:`memwall.experiments.measurements`. Adding a field to a file is one ``Field(...)``
+:mod:`memwall.study.measurements`. Adding a field to a file is one ``Field(...)``
 line there, plus the code that uses it.
 
 Why hand-written rather than pydantic/msgspec/cattrs: the files need TOML line numbers,
