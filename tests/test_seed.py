@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memwall.networks import load_network
+from memwall.run import Case, run_case
 from memwall.seed import seed_model
-from memwall.simulate import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step, gemm_step
 

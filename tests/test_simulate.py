@@ -10,9 +10,9 @@ import pytest
 import memwall.run.plan as planning
 import memwall.run.replay as replaying
 from memwall.cli import main
+from memwall.errors import InputError
 from memwall.levels import LevelSpec
 from memwall.profiles import MainMemory, load_machine
-from memwall.errors import InputError
 from memwall.run import Case, build_case_step, plan_replay, replay_step, run_case
 
 KEYS = ("machine", "network", "batch", "flops", "seconds", "stall_fraction", "fraction_of_peak",

@@ -1,0 +1,138 @@
+"""The case options, declared once (memwall.options): every entry point takes exactly the
+declared options, refuses one that does not apply with one line naming it, and counts the
+sweep's combinations an option value was left off."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import warnings
+from pathlib import Path
+
+import pytest
+
+import memwall
+from memwall.cli import build_parser, main
+from memwall.errors import InputError
+from memwall.options import BY_NAME, DEVICES, OPTIONS, STEP, TIMING, Case, combine, make_case
+from memwall.run.row import ROW, row_problem
+from memwall.study.measurements import MEASUREMENT_KEYS, load_measurement_file
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    return next(a for a in parser._actions if a.dest == "command").choices[name]
+
+
+def _dests(name: str) -> set[str]:
+    return {a.dest for a in _subparser(name)._actions}
+
+
+def test_every_option_is_a_case_field_an_inspect_and_sweep_argument_and_a_measurement_key():
+    fields = [f.name for f in dataclasses.fields(Case)]
+    assert fields == ["machine", "network", *(o.name for o in OPTIONS), "gemm"]
+    for option in OPTIONS:
+        assert option.name in _dests("inspect") and option.name in _dests("sweep")
+        assert option.name in MEASUREMENT_KEYS
+        assert (option.name in _dests("step")) == (option.stage == STEP)
+    sweep = {a.dest: a for a in _subparser("sweep")._actions}
+    assert all(sweep[o.name].nargs == "+" for o in OPTIONS)  # a list everywhere in the sweep
+
+
+def test_defaults_never_count_as_given_and_the_timing_never_shapes_a_replay():
+    case = Case("h100-sxm", "gpt2-small", batch=8, dispatch="graph")
+    assert case.given() == {"batch": 8, "dispatch": "graph"}
+    assert case.as_dict() == {"machine": "h100-sxm", "network": "gpt2-small", "gemm": None, "batch": 8,
+                              "dispatch": "graph"}
+    assert "dispatch" not in case.key(STEP, DEVICES) and case.key(STEP, DEVICES)["batch"] == 8
+    assert BY_NAME["dispatch"].stage == TIMING
+    assert Case("h100-sxm", "gpt2-small").key(STEP, DEVICES) == Case("h200", "gpt2-small", batch=1).key(STEP)
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--gemm", "64,64,64", "--phase", "decode", "--context", "8"], "--phase"),
+    (["--gemm", "64,64,64", "--weights", "int4"], "--weights"),
+    (["--gemm", "64,64,64", "--accumulate", "2"], "--accumulate"),
+    (["--gemm", "64,64,64", "--checkpoint", "sqrt"], "--checkpoint"),
+    (["--gemm", "64,64,64", "--fusion", "full"], "--fusion"),
+    (["--gemm", "64,64,64", "--batch", "4"], "--batch"),
+    (["--network", "gpt2-small", "--context", "512"], "--context"),
+    (["--network", "gpt2-small", "--phase", "decode", "--context", "5", "--optimizer", "adam"], "--optimizer"),
+    (["--network", "llama3-8b", "--phase", "decode", "--context", "5", "--weight-group", "32"], "--weight-group"),
+    (["--gemm", "64,64,64", "--crossover"], "--crossover"),
+    (["--network", "llama3-8b", "--crossover"], "--crossover"),
+])
+def test_an_option_that_does_not_apply_is_refused_in_one_line_naming_it(argv, named, capsys):
+    assert main(["inspect", "--machine", "h100-sxm", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_step_refuses_what_does_not_apply_too(capsys):
+    assert main(["step", "--network", "gpt2-small", "--kv-dtype", "fp8"]) == 2
+    assert "--kv-dtype does not apply to phase train" in capsys.readouterr().err
+
+
+def test_the_sweep_applies_a_value_where_it_applies_and_counts_the_rest_in_one_line():
+    from memwall.cli.sweep import build_cases
+
+    args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small",
+                                      "--phase", "train,decode", "--context", "512", "--batches", "1,8"])
+    combined = build_cases(args)
+    assert sorted((c.phase, c.context, c.batch) for c in combined.cases) == [
+        ("decode", 512, 1), ("decode", 512, 8), ("train", None, 1), ("train", None, 8)]
+    assert combined.skipped == {"context": 2}
+    assert combined.note().count("\n") == 0 and "--context on 2 cases" in combined.note()
+
+
+def test_combine_runs_a_case_once_when_only_left_off_values_differ():
+    base = [Case("h100-sxm", "gpt2-small")]
+    combined = combine(base, {"weights": ["int8", "int4"]})  # train: weights do not apply
+    assert combined.cases == base and combined.skipped == {"weights": 2}
+
+
+def test_make_case_reads_values_as_a_person_writes_them_and_names_a_bad_one():
+    case = make_case("h100-sxm", "llama3-8b", phase="decode", context="512", dp=2, kv_dtype="fp8")
+    assert (case.context, case.dp, case.kv_dtype) == (512, 2, "fp8")
+    with pytest.raises(InputError) as err:
+        make_case("h100-sxm", "gpt2-small", batch="0")
+    assert err.value.field == "batch" and ">= 1" in err.value.reason
+    with pytest.raises(InputError, match="unknown option 'bacth'"):
+        make_case("h100-sxm", "gpt2-small", bacth=4)
+
+
+def test_a_measurement_key_that_does_not_apply_is_refused_with_file_line_and_key(tmp_path: Path):
+    path = tmp_path / "m.toml"
+    path.write_text('[[measurement]]\nid = "x"\nmachine = "h100-sxm"\nnetwork = "gpt2-small"\nbatch = 8\n'
+                    'phase = "forward"\noptimizer = "adam"\nmetric = "flops"\nvalue = 1e12\n'
+                    'source = "s"\nreliability = "low"\nnotes = "n"\n')
+    with pytest.raises(InputError) as err:
+        load_measurement_file(path)
+    assert err.value.file == str(path) and err.value.line == 7 and err.value.field.endswith("optimizer")
+    assert "does not apply to phase forward" in err.value.reason
+
+
+def test_the_python_api_takes_the_measurement_keys():
+    r = memwall.run("vax-11-780", "nettalk", updates="per-example")
+    assert r.time.seconds == r["seconds"] > 0 and r.identity.machine == "vax-11-780"
+    assert r.to_json()["updates"] == "per-example"
+    with pytest.raises(InputError, match="--batch does not apply to a single GEMM"):
+        memwall.run("h100-sxm", gemm=(64, 64, 64), batch=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = memwall.sweep(machine=["vax-11-780", "sun-3-260"], network="nettalk", batch=[1, 2],
+                             context=128)
+    assert [(r["machine"], r["batch"]) for r in rows] == [
+        ("vax-11-780", 1), ("vax-11-780", 2), ("sun-3-260", 1), ("sun-3-260", 2)] or len(rows) == 4
+    assert all(r["status"] == "ok" and row_problem(r) is None for r in rows)
+    assert any("--context on 4 cases" in str(w.message) for w in caught)
+
+
+def test_the_row_declaration_checks_rows():
+    assert len({c.name for c in ROW}) == len(ROW)
+    good = {"machine": "m", "year": 1986, "kind": "scalar", "status": "ok", "batch": 1, "network": None,
+            "checkpoint": "none", "updates": "minibatch", "phase": "train", "seconds": 1.0, "synthetic": False}
+    assert row_problem(good) is None
+    assert row_problem({**good, "seconds": float("nan")}) == ("seconds", "float nan")
+    assert row_problem({**good, "synthetic": 1}) == ("synthetic", "int 1")
+    assert row_problem({**good, "year": "1986"})[0] == "year"
