@@ -29,7 +29,7 @@ CASES = [
 
 CHILD = """
 import json, sys, time
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 machine, network, batch, updates = sys.argv[1:5]
 best = float("inf")
 for _ in range(int(sys.argv[5])):

@@ -26,7 +26,7 @@ CASES = [
 
 CHILD = """
 import json, sys, time
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 m, net, b, k, dp, tp, pp, z, ck, repeat = sys.argv[1:11]
 best = float("inf")
 for _ in range(int(repeat)):

@@ -42,8 +42,8 @@ import dataclasses, json, resource, sys, time
 from pathlib import Path
 try:
     from memwall.execute import sweep as sw
-    from memwall.run import Case
-except ImportError:  # a commit before memwall.execute and memwall.run
+    from memwall.simulation import Case
+except ImportError:  # a commit before memwall.execute and memwall.simulation
     from memwall.experiments import sweep as sw
     from memwall.simulate import Case
 names = {f.name for f in dataclasses.fields(Case)}

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from memwall.execute import sweep as sw
-from memwall.run import run_case
+from memwall.simulation import run_case
 from memwall.study.design import study
 
 

@@ -274,7 +274,7 @@ def measure_interleaved(steps: list[Callable[[], None]], rounds: int, sample: fl
 
 
 def predict(case: HostCase, machine: Machine) -> dict[str, Any]:
-    from memwall.run import Case, run_case
+    from memwall.simulation import Case, run_case
 
     return run_case(Case(machine=str(machine.path), network=case.network, batch=case.batch,
                          updates=case.updates, dtype="fp32"), machine=machine)

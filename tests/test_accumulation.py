@@ -10,7 +10,7 @@ import pytest
 from memwall.cli import main
 from memwall.errors import InputError
 from memwall.networks import load_network
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step
 
@@ -153,7 +153,7 @@ def test_sweep_runs_every_accumulation_and_fusion_listed():
 
 
 def test_sweep_key_of_a_default_case_is_unchanged_by_the_new_fields():
-    from memwall.run.row import case_key
+    from memwall.simulation.row import case_key
 
     base = Case(machine="h100-sxm", network="nettalk")
     assert case_key(base) == case_key(Case(machine="h100-sxm", network="nettalk", accumulate=1, fusion="none"))

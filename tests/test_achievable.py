@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from memwall.profiles import load_machine
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.timing import arithmetic_rate
 
 

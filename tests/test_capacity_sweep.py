@@ -114,7 +114,7 @@ def test_llc_capacity_figure_matches_a_replay_at_the_actual_capacity(tmp_path):
     from memwall.figures import llc_capacity
     from memwall.figures._style import save
     from memwall.profiles import load_machine
-    from memwall.run import Case, build_case_step
+    from memwall.simulation import Case, build_case_step
     from memwall.study.tables import llc_capacity_table
     from memwall.workloads.lowering import lower
 

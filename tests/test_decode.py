@@ -9,7 +9,7 @@ import pytest
 from memwall.errors import InputError
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.timing import arithmetic_rate
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step

@@ -19,7 +19,7 @@ from memwall.profiles import (
     TimingSpec,
     load_machine,
 )
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.timing import MEMORY, KernelTraffic, LevelTraffic, apply_dispatch, time_kernel
 
 GB = 1e9
@@ -345,7 +345,7 @@ def test_l2_with_a_latency_is_capped_too():
 def test_sweep_runs_each_case_in_each_dispatch_mode():
     from memwall.cli import build_parser
     from memwall.cli.sweep import build_cases
-    from memwall.run.row import make_row
+    from memwall.simulation.row import make_row
 
     args = build_parser().parse_args(["sweep", "--machines", "h100-sxm", "--networks", "nettalk",
                                       "--dispatch", "eager,compiled"])

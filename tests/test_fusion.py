@@ -6,7 +6,7 @@ import pytest
 
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.lowering import lower
 from memwall.workloads.step import activation_traffic, build_step

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memwall.run import Case, build_case_step, run_case
+from memwall.simulation import Case, build_case_step, run_case
 from memwall.vocabulary import WEIGHT_GROUP_SCALES
 
 

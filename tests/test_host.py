@@ -14,7 +14,7 @@ import pytest
 from memwall import host, profiles
 from memwall.cli import main
 from memwall.errors import InputError
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path(host.SYS_CPU, "cpu0", "cache").is_dir(),

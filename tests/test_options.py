@@ -15,7 +15,7 @@ import memwall
 from memwall.cli import build_parser, main
 from memwall.errors import InputError
 from memwall.options import BY_NAME, DEVICES, OPTIONS, STEP, TIMING, Case, combine, make_case
-from memwall.run.row import ROW, row_problem
+from memwall.simulation.row import ROW, row_problem
 from memwall.study.measurements import MEASUREMENT_KEYS, load_measurement_file
 
 

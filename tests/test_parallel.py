@@ -13,7 +13,7 @@ from memwall.errors import InputError
 from memwall.interconnect import zero_bytes_per_parameter
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.parallel import Parallel, communication, shard, shard_ledger, stages
 from memwall.workloads.step import build_step

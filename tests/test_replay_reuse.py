@@ -15,15 +15,15 @@ import json
 
 import pytest
 
-import memwall.run.case as running
-import memwall.run.plan as planning
+import memwall.simulation.case as running
+import memwall.simulation.plan as planning
 from memwall.execute import sweep as sw
 from memwall.execute import worker
 from memwall.execute.feeder import WAIT, Feeder
 from memwall.execute.store import REPLAYS_DIR, ReplayStore
 from memwall.profiles import load_machine
-from memwall.run import Case, engine_fields, replay_key, run_case
-from memwall.run.row import case_key
+from memwall.simulation import Case, engine_fields, replay_key, run_case
+from memwall.simulation.row import case_key
 from memwall.study import design
 from memwall.study.identity import load_machine_spec, synthetic_spec
 

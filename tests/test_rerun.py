@@ -5,7 +5,7 @@ source: tests/test_model_version.py)."""
 from __future__ import annotations
 
 from memwall.execute.validation import cached_predictor, write_validation
-from memwall.run import Case
+from memwall.simulation import Case
 
 
 def test_predictions_are_stored_and_reused(tmp_path):

@@ -26,8 +26,8 @@ from memwall.cli import main
 from memwall.data import era_data_dir
 from memwall.execute import sweep as sw
 from memwall.execute.store import Store
-from memwall.run import Case
-from memwall.run.row import case_key
+from memwall.simulation import Case
+from memwall.simulation.row import case_key
 from memwall.study import design
 
 OLD = "vax-11-780"
@@ -120,7 +120,7 @@ SHARED_SCRIPT = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
     from memwall.execute import sweep as sw
-    from memwall.run import Case
+    from memwall.simulation import Case
     cases = [Case(**d) for d in json.loads({cases!r})]
     log = {log!r}
     def slow(case, machine=None):

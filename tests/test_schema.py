@@ -398,7 +398,7 @@ def test_cli_choices_are_the_vocabulary(option: str, words: tuple[str, ...], cap
 def test_sweep_lists_are_checked_against_the_vocabulary(option: str, word: str) -> None:
     """The sweep's case options take comma lists, so argparse cannot check them; validate does."""
     from memwall.cli.sweep import build_cases
-    from memwall.run.checks import validate
+    from memwall.simulation.checks import validate
 
     value = f"decode,{word}" if option == "phase" else word  # a good word beside the bad one
     argv = ["sweep", "--machines", "h100-sxm", "--networks", "gpt2-small", "--phase", "decode",

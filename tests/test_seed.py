@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memwall.networks import load_network
-from memwall.run import Case, run_case
 from memwall.seed import seed_model
+from memwall.simulation import Case, run_case
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.step import build_step, gemm_step
 
@@ -34,7 +34,7 @@ def test_the_turn_is_balance_times_bytes_per_parameter_over_flops_per_parameter(
 
 
 def test_every_result_and_row_carries_the_seed_beside_the_simulation():
-    from memwall.run.row import make_row
+    from memwall.simulation.row import make_row
 
     case = Case("h100-sxm", "gpt2-small", 4)
     result = run_case(case)

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-import memwall.run.plan as planning
-import memwall.run.replay as replaying
+import memwall.simulation.plan as planning
+import memwall.simulation.replay as replaying
 from memwall.cli import main
 from memwall.errors import InputError
 from memwall.levels import LevelSpec
 from memwall.profiles import MainMemory, load_machine
-from memwall.run import Case, build_case_step, plan_replay, replay_step, run_case
+from memwall.simulation import Case, build_case_step, plan_replay, replay_step, run_case
 
 KEYS = ("machine", "network", "batch", "flops", "seconds", "stall_fraction", "fraction_of_peak",
         "achieved_flops", "cups", "cycles", "bytes", "kernels")
@@ -161,7 +161,7 @@ def test_sampling_is_held_to_account_in_every_family(tmp_path, monkeypatch, fami
     """A sampled step of each family of presets against its exact replay: within 1 % in time
     and in main-memory bytes (issue 16, item 4)."""
     from memwall.profiles import load_machine
-    from memwall.run import build_case_step, plan_replay
+    from memwall.simulation import build_case_step, plan_replay
 
     case = Case(machine=machine, network=_family_network(tmp_path, family), batch=batch)
     exact = run_case(case, exact=True)

@@ -201,7 +201,7 @@ def test_attention_kernels_are_a_case_option(capsys):
 
     from memwall.cli import main
     from memwall.errors import InputError
-    from memwall.run import Case, build_case_step
+    from memwall.simulation import Case, build_case_step
 
     base = build_case_step(Case("h100-sxm", "gpt2-small", 4))
     flash = build_case_step(Case("h100-sxm", "gpt2-small", 4, attention="flash"))

@@ -16,8 +16,8 @@ import pytest
 from memwall.errors import InputError
 from memwall.execute import sweep as sw
 from memwall.execute.store import Store, read_rows
-from memwall.run import Case
-from memwall.run.row import case_key, make_row
+from memwall.simulation import Case
+from memwall.simulation.row import case_key, make_row
 from memwall.study import design
 from memwall.study.identity import machine_ids, machine_info
 
@@ -64,7 +64,7 @@ def test_killed_halfway_resumes_with_every_case_once(tmp_path, quick_sweep, swee
     script = textwrap.dedent(f"""
         import json, sys
         from memwall.execute import sweep as sw
-        from memwall.run import Case
+        from memwall.simulation import Case
         cases = [Case(**d) for d in json.loads({cases_json!r})]
         def slow(case, machine=None):
             import time
@@ -211,7 +211,7 @@ def test_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys, argv, messa
 
 
 def test_rows_say_whether_the_weights_fit_on_chip():
-    from memwall.run import run_case
+    from memwall.simulation import run_case
 
     small = Case("h100-sxm", "nettalk")  # 74 kB of weights against a 50 MiB L2
     large = Case("h100-sxm", "gpt2-small", seq_len=8, phase="forward")  # 249 MB of them

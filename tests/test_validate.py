@@ -2,7 +2,7 @@
 checks, unknown machines reported (never dropped), the CLI and the figure.
 
 Every test but the last injects a predictor, so the comparison is tested without the
-simulator; the last runs the real :func:`memwall.run.run_case` on the fast shipped
+simulator; the last runs the real :func:`memwall.simulation.run_case` on the fast shipped
 cases (single GEMMs and small networks) when the simulator can be imported.
 """
 
@@ -271,7 +271,7 @@ FAST_NETWORKS = {"nettalk", "family-trees", "encoder-8-3-8", "sonar", "alvinn", 
 
 
 def test_real_simulator_on_fast_shipped_cases() -> None:
-    from memwall.run import run_case
+    from memwall.simulation import run_case
 
     ms = [m for m in load_measurements() if m.gemm is not None or m.network in FAST_NETWORKS]
     results = validate(ms, run_case)

@@ -3,7 +3,7 @@
 Stages, each in its own module and each handing the next a plain value:
 ``profiles`` (machines) and ``networks`` -> ``workloads`` (training step, kernels,
 access streams) -> ``engine`` (the Cython cache simulator, ``memwall._csim``) ->
-``timing`` (cycles: compute, stall per level) -> ``run`` (one case, end to end) ->
+``timing`` (cycles: compute, stall per level) -> ``simulation`` (one case, end to end) ->
 ``execute`` (many cases) / ``study`` (which cases the science needs) / ``figures`` /
 ``cli``. From Python: ``memwall.run(machine, network, **options)`` and
 ``memwall.sweep(**lists)`` (:mod:`memwall.api`).

@@ -1,6 +1,6 @@
 """memwall from Python (a notebook, a script): one case, or many, by the options' own names.
 
-Owns: :func:`run` (one case, its :class:`memwall.run.result.Result`) and :func:`sweep`
+Owns: :func:`run` (one case, its :class:`memwall.simulation.result.Result`) and :func:`sweep`
 (every combination of option lists, the results rows). Options are named as the
 measurement files name them (``batch``, ``phase``, ``context``, ``tp``, ...; see
 :data:`memwall.options.OPTIONS`), take what the command line takes (``batch=8`` or
@@ -22,11 +22,11 @@ from typing import Any
 from .errors import InputError
 from .options import BY_NAME, Case, combine, make_case
 from .profiles import Machine
-from .run.case import run_case
-from .run.plan import Prepared
-from .run.result import Result
-from .run.checks import validate as check_cases
-from .run.row import make_row, row_order
+from .simulation.case import run_case
+from .simulation.checks import validate as check_cases
+from .simulation.plan import Prepared
+from .simulation.result import Result
+from .simulation.row import make_row, row_order
 
 __all__ = ["run", "sweep"]
 
@@ -47,7 +47,7 @@ def sweep(machine: str | Iterable[str], network: str | Iterable[str] | None = No
           max_lookups: int | None = None, allow_fallback: bool = False,
           **lists: Any) -> list[dict[str, Any]]:
     """Every machine x network, once for each combination of the option lists (a single
-    value fixes an option), run in this process, as results rows (``memwall.run.row.ROW``)
+    value fixes an option), run in this process, as results rows (``memwall.simulation.row.ROW``)
     in the order ``results.csv`` keeps. A value that does not apply to a combination is
     left off it, with a warning counting them; a case that fails is a row with its
     ``error``. For many cases, in parallel and resumable, use ``memwall sweep``."""

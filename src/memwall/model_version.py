@@ -33,7 +33,7 @@ PACKAGE = "memwall"
 # module in it; a root whose file does not exist is skipped. Today: the run package (case
 # -> step -> plan -> replay -> time -> result, and the results row); a module outside it
 # that shapes a result (a case's defaults, a key) must be reached from it or listed here.
-ROOTS: tuple[str, ...] = ("memwall.run",)
+ROOTS: tuple[str, ...] = ("memwall.simulation",)
 
 
 def module_path(name: str, top: Path) -> Path | None:
@@ -51,7 +51,7 @@ def module_path(name: str, top: Path) -> Path | None:
 
 
 def package_modules(name: str, top: Path) -> dict[str, Path]:
-    """Module name -> ``.py`` file for package *name* (``memwall``, ``memwall.run``) and
+    """Module name -> ``.py`` file for package *name* (``memwall``, ``memwall.simulation``) and
     every module and subpackage in it, under the package folder *top*."""
     folder = top.joinpath(*name.split(".")[1:])
     out = {}

@@ -7,7 +7,7 @@ import sys
 
 from ..errors import InputError
 from ..options import Case, add_case_arguments, given_options, make_case
-from ..run.result import SERVING_COLUMNS
+from ..simulation.result import SERVING_COLUMNS
 from ..units import format_bytes, format_flop_rate, format_time
 from . import add_command
 from ._output import print_json
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--crossover is a decode question: it takes --network with --phase decode"
                              + (", not --gemm" if case.gemm is not None else ""), field="--crossover")
         return _crossover(case, args)
-    from ..run import run_case  # imported here: the simulation pulls in every stage
+    from ..simulation import run_case  # imported here: the simulation pulls in every stage
 
     machine = None
     if args.sets:
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _crossover(case: Case, args: argparse.Namespace) -> int:
-    from ..run import run_case  # imported here: the simulation pulls in every stage
+    from ..simulation import run_case  # imported here: the simulation pulls in every stage
     from ..study.serving import decode_crossovers
 
     out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact, allow_fallback=args.allow_fallback))

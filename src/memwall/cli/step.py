@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..options import STEP, add_case_arguments, given_options, make_case
-from ..run.step import case_config, case_network
+from ..simulation.step import case_config, case_network
 from ..units import format_bytes
 from ..workloads.step import Step, build_step
 from . import add_command

@@ -87,7 +87,7 @@ def build_cases(args: argparse.Namespace) -> Combined:
 
 def run(args: argparse.Namespace) -> int:
     from ..execute import sweep as sw
-    from ..run import checks
+    from ..simulation import checks
 
     sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing
     sw.check_executor(args.executor, args.jobs, args.scheduler, args.allow_remote_scheduler)

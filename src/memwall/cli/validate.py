@@ -1,7 +1,7 @@
 """``memwall validate``: memwall's predictions against published measurements.
 
 Reads the shipped measurement set (or the ``*.toml`` files of ``--measurements DIR``),
-predicts each with :func:`memwall.run.run_case`, and prints one row per case and the
+predicts each with :func:`memwall.simulation.run_case`, and prints one row per case and the
 summary (or, with ``--json``, ``{"cases": [...], "summary": {...}}``). The comparison
 itself lives in :mod:`memwall.study.validation`.
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InputError
-from ..run import Case
+from ..simulation import Case
 from .feeder import POLL, WAIT, Feeder
 from .worker import Runner, execute
 

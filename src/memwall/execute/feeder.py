@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..run import Case
+from ..simulation import Case
 from .store import Store
 
 POLL = 0.2  # seconds between looks at cases another sweep holds, and at a parent's life

@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from ..run import Case
+from ..simulation import Case
 from .feeder import POLL, WAIT, Feeder
 from .worker import Runner, execute
 

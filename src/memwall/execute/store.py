@@ -8,7 +8,7 @@ tables from the records in a fixed order, so the same cases always give the same
 A record is a plain dict: ``key``, ``status`` (``"ok"`` or ``"error"``), ``row`` (the
 flat results row), for a failed case ``error`` (the reason), and ``checksum``: the
 SHA-256 of the record's canonical JSON without it. What a key hashes is the sweep's
-business (:func:`memwall.run.row.case_key`); the store only trusts it.
+business (:func:`memwall.simulation.row.case_key`); the store only trusts it.
 
 Damage. A record that cannot be read (not UTF-8, not JSON, a folder in its place), has
 the wrong shape (no ``row``, another key) or fails its checksum (edited by hand) is
@@ -425,7 +425,7 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 class ReplayStore:
     """Replays kept in a sweep folder (``DIR/replays/cases/<key>.json``, self-checking like
-    case records) under :func:`memwall.run.replay.replay_key`, so that cases differing only
+    case records) under :func:`memwall.simulation.replay.replay_key`, so that cases differing only
     in what the engine never sees replay once, across workers and reruns.
 
     A cache, not a record: a replay that cannot be read is recomputed, and one that

@@ -7,7 +7,7 @@ each as it finishes, rebuild the results tables), its arguments' checks
 results (``machines.json``). The pools are :mod:`memwall.execute.pool`'s and
 :mod:`memwall.execute.dask`'s, the store :mod:`memwall.execute.store`'s; which cases the
 default study runs is :mod:`memwall.study.design`'s, a case's checks, key and row
-:mod:`memwall.run`'s.
+:mod:`memwall.simulation`'s.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..model_version import MODEL_VERSION
-from ..run import Case
-from ..run.checks import validate
-from ..run.plan import ENGINE_RATE, duration
-from ..run.row import COLUMNS, case_key, make_row, row_order
+from ..simulation import Case
+from ..simulation.checks import validate
+from ..simulation.plan import ENGINE_RATE, duration
+from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
 from .dask import run_dask, scheduler_is_local
 from .feeder import Feeder
@@ -46,7 +46,7 @@ class SweepPlan:
 
     lookups: int = 0  # line lookups the cases will replay, shared replays counted once
     refused: dict[Case, str] = field(default_factory=dict)  # case -> why (over --max-lookups)
-    replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.run.replay.replay_key
+    replay_keys: dict[Case, str] = field(default_factory=dict)  # case -> memwall.simulation.replay.replay_key
 
     @property
     def shared(self) -> frozenset[str]:
@@ -61,11 +61,11 @@ class SweepPlan:
 def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
     """The line lookups ``cases`` will replay, the refusal of each case over
     ``max_lookups``, and each case's replay key: worked out here, in the sweep's own
-    process, from the streams' analytic counts (:func:`memwall.run.plan.plan_replay`)
+    process, from the streams' analytic counts (:func:`memwall.simulation.plan.plan_replay`)
     before any worker starts, so a case that would run for days is refused without
     occupying one, and cases that share a replay are known. A case that cannot be
     planned (an unknown network, say) is left to its worker, which records why."""
-    from ..run import check_cost, replay_key
+    from ..simulation import check_cost, replay_key
 
     prepared = process_prepared()
     machines: dict[str, Machine] = {}
@@ -164,7 +164,7 @@ def run_sweep(
     moved aside and recomputed (:class:`~memwall.execute.store.Store`); a case that
     another sweep sharing ``out`` is computing is waited for, not computed twice. A case
     whose replay would need more than ``max_lookups`` line lookups (None: the default of
-    :func:`memwall.run.run_case`) fails with the estimate as its reason, estimated
+    :func:`memwall.simulation.run_case`) fails with the estimate as its reason, estimated
     before any case runs (:func:`plan_costs`); ``allow_fallback`` runs a ``dtype`` a
     machine lacks at its nearest dtype's rate instead of failing the case.
     """

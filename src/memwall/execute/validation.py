@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..run import Case
+from ..simulation import Case
 from ..study.validation import Predictor, case_for, default_predictor, known_ids, to_json, validate
 
 
 def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> Predictor:
-    """``predictor`` (default :func:`memwall.run.run_case`), its answers stored in
+    """``predictor`` (default :func:`memwall.simulation.run_case`), its answers stored in
     ``folder`` like sweep cases: keyed by the case, the machine profile, the network and
     :data:`memwall.MODEL_VERSION`, so a rerun predicts only what changed."""
-    from ..run.row import case_key
+    from ..simulation.row import case_key
     from .store import Store
 
     store = Store(folder, content="result")
@@ -42,7 +42,7 @@ def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> 
 
 
 def _predict_one(case: Case) -> tuple[Case, dict[str, Any] | None]:
-    from ..run import run_case
+    from ..simulation import run_case
 
     try:
         return case, dict(run_case(case))
@@ -55,7 +55,7 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None)
     in ``folder`` (:func:`cached_predictor`'s store), so that the validation's predictions
     run side by side rather than one after another; returns how many were computed. A
     case that fails is left for :func:`validate`, which reports its reason."""
-    from ..run.row import case_key
+    from ..simulation.row import case_key
     from .pool import default_jobs, map_cases
     from .store import Store
 

@@ -1,7 +1,7 @@
 """One case in a worker: what a pool (local or Dask) runs for each case it is handed.
 
 Owns: :func:`execute` (one case, its failure recorded as data, never raised),
-:func:`default_runner` (:func:`memwall.run.run_case` with the sweep folder's replay cache)
+:func:`default_runner` (:func:`memwall.simulation.run_case` with the sweep folder's replay cache)
 and :func:`prepared` (the steps and plans this process keeps built).
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..run import Case
+from ..simulation import Case
 from ..study.identity import load_machine_spec, parse_machine_spec
 from .store import ReplayStore
 
@@ -23,7 +23,7 @@ def default_runner(case: Case, machine: Any = None, max_lookups: int | None = No
                    shared: frozenset[str] | None = None) -> Mapping[str, Any]:
     """``replays``: the sweep folder whose replay cache the case reads and writes;
     ``shared``: the replay keys worth writing there (None: every one)."""
-    from ..run import run_case
+    from ..simulation import run_case
 
     replay_store = ReplayStore(replays, shared) if replays is not None else None
     return run_case(case, machine=machine, max_lookups=max_lookups, allow_fallback=allow_fallback,
@@ -40,11 +40,11 @@ _PREPARED: Any = None
 
 
 def process_prepared() -> Any:
-    """This process's :class:`memwall.run.plan.Prepared`: the cost estimate's steps and
+    """This process's :class:`memwall.simulation.plan.Prepared`: the cost estimate's steps and
     plans, and each worker's (a forked worker starts with the estimate's)."""
     global _PREPARED
     if _PREPARED is None:
-        from ..run import Prepared
+        from ..simulation import Prepared
 
         _PREPARED = Prepared(_PLANNED_STEPS)
     return _PREPARED

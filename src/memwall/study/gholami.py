@@ -97,7 +97,7 @@ def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
     learned positions the longest length needs (:func:`_long_presets`)."""
     import tempfile
 
-    from ..run import Case, run_case
+    from ..simulation import Case, run_case
 
     run = run or run_case
     lengths = sorted(lengths)

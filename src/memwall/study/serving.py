@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..run import Case, build_case_step, run_case
+from ..simulation import Case, build_case_step, run_case
 
 MAX_BATCH = 1 << 16
 

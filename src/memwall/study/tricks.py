@@ -4,7 +4,7 @@ added in turn, timed and sized by the simulation (figure 14).
 Owns: :data:`TRICKS` (the tricks, in the order the figure adds them, each as the case
 fields it sets), :data:`TRICK_CASES` (a network and machine of each era, with the tricks
 that apply to it) and :func:`tricks_table`, which runs the cumulative cases with
-:func:`memwall.run.run_case` and reports, per step of the ladder, the seconds per
+:func:`memwall.simulation.run_case` and reports, per step of the ladder, the seconds per
 token of one device and the bytes one device holds at its peak, beside its memory.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..run import Case, run_case
+from ..simulation import Case, run_case
 
 # The ladder: each trick as the case fields it changes, added to all those before it.
 TRICKS: tuple[tuple[str, Mapping[str, Any]], ...] = (

@@ -11,7 +11,7 @@ Predicting many cases at once, and storing the predictions, is
 A measurement whose machine or network memwall does not know is reported with that
 status, never dropped. The predictor is injected (any ``Case -> dict`` function), so the
 comparison is tested without the simulator; by default it is
-:func:`memwall.run.run_case`.
+:func:`memwall.simulation.run_case`.
 
 Metric conversions, exactly as computed here (``s`` = predicted seconds of one step,
 ``b`` = examples in the step, ``C`` = the network's connections, i.e. weights):
@@ -145,8 +145,8 @@ def known_ids(kind: str) -> set[str] | None:
 
 
 def default_predictor() -> Predictor:
-    """:func:`memwall.run.run_case`."""
-    from ..run import run_case
+    """:func:`memwall.simulation.run_case`."""
+    from ..simulation import run_case
 
     return run_case
 

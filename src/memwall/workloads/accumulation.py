@@ -12,7 +12,7 @@ gradients of a 16-bit product), which the lowering reads. Bias, norm-gain and em
 gradients are elementwise kernels; they simply read what they add into.
 
 The optimizer kernels are not touched here: a step is one micro-batch and one update,
-and the caller (:func:`memwall.run.run_case`) counts the micro-batch K times. The
+and the caller (:func:`memwall.simulation.run_case`) counts the micro-batch K times. The
 zeroing of the gradients once per optimizer step is not modelled (4 B per parameter per
 optimizer step with fp32 main gradients, against K read-modify-writes).
 """

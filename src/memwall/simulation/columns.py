@@ -1,7 +1,7 @@
 """What a column of a results table is: a name, a type, a unit, a short label and a doc.
 
 Owns: :class:`Column` and the Python types each column type allows. The results row
-(:mod:`memwall.run.row`) and the serving group of a result (:mod:`memwall.run.result`)
+(:mod:`memwall.simulation.row`) and the serving group of a result (:mod:`memwall.simulation.result`)
 declare their columns with it.
 """
 

@@ -5,7 +5,7 @@ kernels, seed, devices, serving, warnings), :func:`build_result` (a timed step t
 Result, asking the timing nothing it has not already answered) and the serving figures
 (:func:`serving_figures`). A Result is the JSON (every key it has always had), so a
 script written against ``--json`` reads it unchanged, and carries its groups typed. The verdict's phrases live beside the row
-(:mod:`memwall.run.row`).
+(:mod:`memwall.simulation.row`).
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
 
 
 # The serving group's figures that a results row carries, declared once: the row's columns
-# (memwall.run.row), the JSON's keys and what `memwall inspect` prints beside the case.
+# (memwall.simulation.row), the JSON's keys and what `memwall inspect` prints beside the case.
 SERVING_COLUMNS: tuple[Column, ...] = (
     Column("context", "int", "tokens", "context", "tokens in each sequence's KV cache (the prompt for prefill)",
            leading=False, setting=True),
@@ -335,7 +335,7 @@ def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int =
 
 def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Result:
     """The result of one device's ``timing`` of ``step`` (the whole step on one device, or
-    the slowest device's share, which :mod:`memwall.run.devices` then widens)."""
+    the slowest device's share, which :mod:`memwall.simulation.devices` then widens)."""
     machine = timing.machine
     seconds = timing.seconds
     dtype = step.kernels[0].dtype if step.kernels else case.dtype

@@ -2,8 +2,8 @@
 
 Owns: :func:`run_case`, which reads nothing from files but the profiles and presets,
 writes nothing, starts no process and draws nothing; and the rule for a dtype the
-machine has no arithmetic for is :func:`memwall.run.timed.dtype_fallback`'s. A case on more than one device
-takes the same road in :mod:`memwall.run.devices`.
+machine has no arithmetic for is :func:`memwall.simulation.timed.dtype_fallback`'s. A case on more than one device
+takes the same road in :mod:`memwall.simulation.devices`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """One case, end to end: case -> step -> plan -> replay -> time -> result.
 
-The run layer writes no files, starts no process and draws nothing: :func:`run_case`
+Named simulation, not run: ``memwall.run`` is the Python API's function (:mod:`memwall.api`).
+The layer writes no files, starts no process and draws nothing: :func:`run_case`
 takes a :class:`memwall.options.Case` and gives a :class:`Result`. Its modules, in the
 order a case passes through them: ``step`` (the step the case's options build),
 ``plan`` (what to replay, the cost guard, the steps and plans a process keeps),

@@ -4,7 +4,7 @@ Owns: the results row declared once (:data:`ROW`: each column's type, unit, labe
 doc), from which ``results.csv``'s leading columns (:data:`COLUMNS`), the store's row
 check (:func:`row_problem`) and the report's table follow; the key a stored result
 is found by (:func:`case_key`: a hash of the machine profile, the network, the case and
-the model version), turning one :func:`memwall.run.run_case` result into one flat
+the model version), turning one :func:`memwall.simulation.run_case` result into one flat
 results row (:func:`make_row`), and the order rows are written in (:func:`row_order`).
 """
 
@@ -80,7 +80,7 @@ ROW: tuple[Column, ...] = (
     Column("interconnect_fraction", "number", "", "interconnect", "exposed link time / step", leading=False),
     Column("bubble_fraction", "number", "", "bubble", "pipeline bubble / step", leading=False),
     Column("interconnect_bytes", "number", "B", "sent", "bytes a device sends a step", leading=False),
-    *SERVING_COLUMNS,  # serving rows only (memwall.run.result)
+    *SERVING_COLUMNS,  # serving rows only (memwall.simulation.result)
     Column("kv_cache_bytes", "number", "B", "KV cache", "the KV cache's bytes", leading=False),
 )
 BY_COLUMN: dict[str, Column] = {c.name: c for c in ROW}
@@ -159,7 +159,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         row.update({k: getattr(case, k) for k in ("dp", "tp", "pp", "ep", "zero")}, devices=case.parallel.devices)
     if error or result is None:
         return row
-    # result is memwall.run.result.Result's: every key below is always there.
+    # result is memwall.simulation.result.Result's: every key below is always there.
     cycles = result["cycles"]
     total = float(cycles["total"])
     row.update({
