@@ -8,13 +8,17 @@ Each module here (other than those starting with ``_``) declares:
 - ``TABLES``: the tables its data holds, in order (the first is ``NAME.csv``, each other
   ``NAME-TABLE.csv``), and ``NEEDS``: what a sweep must hold for it to have data;
 - ``OPT_IN``: true if the figure simulates cases of its own and is drawn only when named;
+- optionally ``from_rows(rows)``: its tables, where they are a selection of a sweep's
+  rows (else :mod:`memwall.study.draw` computes them: see its ``makers``);
 - ``draw(data)``: a matplotlib figure (for papers); ``plotly(data)``: the same data as a
   plotly spec, ``{"data": [traces], "layout": {...}}`` (for the report); ``prose(data)``:
   a paragraph of HTML whose numbers come from the data ("" when it has none).
 
 ``data`` maps each of ``TABLES`` to its rows (lists of dicts), as
 :func:`memwall.study.draw.write_figures` computes and stores them. The registry finds the
-modules as :mod:`memwall.cli` finds its subcommands, so a new figure is one new file.
+modules as :mod:`memwall.cli` finds its subcommands, so a new figure drawn from a sweep's
+rows is one new file (one that needs tables of its own adds their computation to
+:mod:`memwall.study`).
 """
 
 from __future__ import annotations

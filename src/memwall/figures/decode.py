@@ -52,6 +52,11 @@ def _panel(ax, sel: Sequence[Row], ctx: int, machines: Sequence[str], cmap) -> N
     ax.grid(True, which="major", alpha=0.3)
 
 
+def from_rows(rows: Sequence[Row]) -> dict[str, Any]:
+    """The tables, from a sweep's rows: its decode cases."""
+    return {"rows": [r for r in rows if r.get("phase") == "decode"]}
+
+
 def draw(data: Row):
     sel = _selected(data)
     contexts = sorted({int(r["context"]) for r in sel})

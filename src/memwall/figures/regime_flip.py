@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..study.tables import no_reuse_intensity
+from ..study.tables import no_reuse_intensity, per_example_rows
 from ._style import COLOURS, _empty, _finish, _plt, axis, custom, e, empty_spec, hover, sources, spaced, spec
 
 NUMBER = 2
@@ -45,6 +45,11 @@ def stall_vs_balance(ax, rows: Sequence[Row], intensity: Mapping[str, float], co
     ax.set_ylabel("stall fraction (cycles waiting on memory ÷ total)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, title="network (dotted: its no-reuse intensity)", title_fontsize=7)
+
+
+def from_rows(rows: Sequence[Row]) -> dict[str, Any]:
+    """The tables, from a sweep's rows: per-example training at batch 1 on real machines."""
+    return {"rows": per_example_rows(rows)}
 
 
 def draw(data: Mapping[str, Any]):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..study.tables import stall_levels
+from ..study.tables import per_example_rows, stall_levels
 from ._style import (
     COMPUTE_COLOUR,
     OVERHEAD_COLOUR,
@@ -49,6 +49,11 @@ def parts(levels: Sequence[str], overhead: str = "overhead (launch, vector start
     out = [("compute", "compute_fraction", COMPUTE_COLOUR)]
     out += [(f"stall: {lv}", f"stall_{lv}", STALL_COLOURS[k % len(STALL_COLOURS)]) for k, lv in enumerate(levels)]
     return out + [(overhead, "overhead_fraction", OVERHEAD_COLOUR)]
+
+
+def from_rows(rows: Sequence[Row]) -> dict[str, Any]:
+    """The tables, from a sweep's rows: per-example training at batch 1 on real machines."""
+    return {"rows": per_example_rows(rows)}
 
 
 def draw(data: Mapping[str, Any]):

@@ -3,10 +3,10 @@ over four decades, stall fraction against balance with nothing else changed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..study.tables import no_reuse_intensity
+from ..study.tables import no_reuse_intensity, per_example_rows
 from ._style import _empty, _finish, _plt, empty_spec, sources
 from .regime_flip import flip_spec, stall_vs_balance
 
@@ -18,6 +18,11 @@ CAPTION = ("One compute engine with its memory bandwidth swept over four decades
 TABLES = ("rows",)
 NEEDS = "cases on synthetic machines (BASE@bw=X) at batch 1"
 OPT_IN = False
+
+
+def from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The tables, from a sweep's rows: per-example training at batch 1 on synthetic machines."""
+    return {"rows": per_example_rows(rows, synthetic=True)}
 
 
 def draw(data: Mapping[str, Any]):

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,21 +44,20 @@ def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
            machines: Sequence[Mapping[str, Any]] | None = None, ledger: Sequence[Mapping[str, Any]] | None = None,
            gholami: Mapping[str, Any] | None = None) -> dict[str, Maker]:
     """Per figure (but the validation, which :func:`write_figures` hands to the judge): what
-    its tables are computed from, and the tables (see :func:`write_figures`)."""
-    return {
+    its tables are computed from, and the tables (see :func:`write_figures`). A figure whose
+    tables are a selection of the sweep's rows gives them itself (its ``from_rows``)."""
+    own: dict[str, Maker] = {name: (None, partial(module.from_rows, rows)) for name, module in FIGURES.items()
+                             if hasattr(module, "from_rows")}
+    return own | {
         "balance_drift": (None, lambda: tb.balance_drift_data(machines if machines is not None
                                                               else tb.machine_table())),
-        "regime_flip": (None, lambda: {"rows": tb.per_example_rows(rows)}),
-        "stall_breakdown": (None, lambda: {"rows": tb.per_example_rows(rows)}),
         "batch_window": (None, lambda: {"rows": tb.window_rows(rows), "model": tb.window_model(tb.window_rows(rows)),
                                         "wide": tb.wide_window_rows(rows)}),
         "capacity_ledger": ((lambda: _network_inputs(tb.LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
                             lambda: {"ledger": list(ledger if ledger is not None else tb.ledger_table())}),
-        "synthetic_balance": (None, lambda: {"rows": tb.per_example_rows(rows, synthetic=True)}),
         "roofline": (None, lambda: tb.roofline_data(out, rows)),
         "activation_highwater": (lambda: _network_inputs(tb.LEDGER_NETWORK, batch=tb.HIGHWATER_BATCH),
                                  lambda: {"live": tb.highwater_table()}),
-        "decode": (None, lambda: {"rows": [r for r in rows if r.get("phase") == "decode"]}),
         # Replays three steps (seconds); kept while the model, the networks and the
         # machines' profiles are unchanged.
         "llc_capacity": (lambda: _llc_inputs(tb.LLC_CASES), lambda: {"capacity": tb.llc_capacity_table()}),

@@ -30,8 +30,8 @@ GHOLAMI_REF = 'Gholami et al., "AI and Memory Wall", IEEE Micro 2024'
 
 
 def ok_rows(rows: Iterable[Row]) -> list[Row]:
+    """The rows of cases that ran and were timed."""
     return [r for r in rows if r.get("status") == "ok" and r.get("seconds") is not None]
-
 
 
 # --------------------------------------------------------------------------------------
@@ -114,7 +114,6 @@ def drift_fits(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-
 # --------------------------------------------------------------------------------------
 # 2. Regime flip, 3. stall breakdown, 6. synthetic sweep: the per-example rows
 
@@ -141,7 +140,6 @@ def no_reuse_intensity(rows: Iterable[Row]) -> dict[str, float]:
     return best
 
 
-
 def stall_levels(rows: Iterable[Row]) -> list[str]:
     """Level names with a stall column, in order of first appearance (nearest level first)."""
     out: dict[str, None] = {}
@@ -150,7 +148,6 @@ def stall_levels(rows: Iterable[Row]) -> list[str]:
             if k.startswith("stall_") and k != "stall_fraction" and r[k] is not None:
                 out.setdefault(k[len("stall_"):], None)
     return list(out)
-
 
 
 # --------------------------------------------------------------------------------------
@@ -257,7 +254,6 @@ def window_model(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return out
 
 
-
 # --------------------------------------------------------------------------------------
 # 5. Capacity ledger
 
@@ -284,7 +280,6 @@ def ledger_table(batches: Sequence[int] = tuple(2 ** k for k in range(15))) -> l
             out.append({"network": LEDGER_NETWORK, "batch": b, "checkpoint": ck,
                         **{k: float(v) for k, v in led.items()}})
     return out
-
 
 
 # --------------------------------------------------------------------------------------
@@ -334,7 +329,6 @@ def bytes_per_token_table(network: str = BYTES_PER_TOKEN_NETWORK,
 BYTES_PER_TOKEN_PARTS = ("weights", "optimizer", "communication", "activations")
 
 
-
 # --------------------------------------------------------------------------------------
 # 14. What each trick buys (opt-in: it simulates its own ladders of cases)
 
@@ -359,7 +353,6 @@ def tricks_inputs() -> dict[str, Any]:
                              "networks": {n: network_info(n).fingerprint for _, n, _, _ in TRICK_CASES}}))
 
 
-
 # --------------------------------------------------------------------------------------
 # 11. Last-level capacity: one pass of the capacity sweep per network and machine
 
@@ -378,7 +371,7 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
     """
     from ..engine import CapacitySweep
     from ..profiles import load_machine
-    from ..run import Case, build_case_step
+    from ..simulation import Case, build_case_step
     from ..workloads.lowering import lower
 
     out = []
@@ -406,7 +399,6 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
             out.append({"machine": machine_id, "network": network, "batch": batch, "capacity": cap,
                         "memory_bytes": nbytes, "actual": cap == llc.size, "level": llc.name})
     return out
-
 
 
 # --------------------------------------------------------------------------------------
@@ -457,7 +449,6 @@ def roofline_data(out: str | os.PathLike[str], rows: Sequence[Row]) -> dict[str,
     machines = {p["machine"] for p in points}
     roofs = [r for r in read_machine_roofs(out) if r["machine"] in machines]
     return {"points": sorted(points, key=lambda p: (p["machine"], p["network"], p["batch"])), "roofs": roofs}
-
 
 
 # --------------------------------------------------------------------------------------
