@@ -116,9 +116,8 @@ def fmt(value: Any) -> str:
     """A number in a hover: four significant digits."""
     if value is None:
         return ""
-    if isinstance(value, float) and math.isfinite(value) or isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:.4g}"
-    return str(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{value:.4g}" if number and math.isfinite(value) else str(value)
 
 
 def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
