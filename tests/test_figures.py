@@ -191,7 +191,7 @@ def test_a_figure_never_loads_the_model_or_matplotlib_on_import():
     import sys
 
     code = ("import sys, memwall.figures; print(sorted(m for m in sys.modules if m.startswith(("
-            "'memwall.run', 'memwall.simulate', 'memwall.engine', 'memwall.workloads', 'memwall.networks', "
+            "'memwall.simulation', 'memwall.simulate', 'memwall.engine', 'memwall.workloads', 'memwall.networks', "
             "'memwall.profiles', 'memwall._csim', 'matplotlib'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -12,7 +12,7 @@ import pytest
 from memwall.figures import NAMES, OPT_IN
 from memwall.networks import load_network
 from memwall.profiles import load_machine
-from memwall.run import Case, run_case
+from memwall.simulation import Case, run_case
 from memwall.study import gholami as gh
 from memwall.study.draw import write_figures
 
