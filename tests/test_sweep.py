@@ -135,9 +135,9 @@ def test_a_failing_case_is_recorded_and_the_rest_finish(tmp_path):
     [
         (Case(machine="no-such-machine", network="nettalk"), "unknown machine 'no-such-machine'"),
         (Case(machine=OLD, network="no-such-net"), "unknown network 'no-such-net'"),
-        (Case(machine=OLD, network="nettalk", batch=0), "batch must be a whole number >= 1"),
+        (Case(machine=OLD, network="nettalk", batch=0), "'batch': must be a whole number >= 1"),
         (Case(machine=OLD, network="nettalk", checkpoint="often"), "unknown checkpointing"),
-        (Case(machine=OLD, network="nettalk", phase="sideways"), "unknown phase"),
+        (Case(machine=OLD, network="nettalk", phase="sideways"), "must be one of train, forward"),
         (Case(machine=OLD + "@bw=-3", network="nettalk"), "bandwidth must be a positive"),
     ],
 )
@@ -193,8 +193,8 @@ def test_synthetic_machines_span_four_decades_of_balance():
     "argv, message",
     [
         (["--machines", "no-such-machine"], "unknown machine 'no-such-machine'"),
-        (["--machines", "cray-1", "--batches", "0"], "batch must be a whole number >= 1"),
-        (["--machines", "cray-1", "--batches", "two"], "batch must be a whole number >= 1, got 'two'"),
+        (["--machines", "cray-1", "--batches", "0"], "'batch': must be a whole number >= 1"),
+        (["--machines", "cray-1", "--batches", "two"], "'batch': must be a whole number >= 1, got 'two'"),
         (["--machines", "cray-1", "--networks", "nettalk", "--checkpoint", "often"], "unknown checkpointing"),
         (["--machines", "cray-1", "--jobs", "0"], "--jobs must be >= 1"),
         (["--machines", "cray-1", "--executor", "slurm"], "unknown executor"),

@@ -116,12 +116,10 @@ class Option:
         f = self.field
         if self.python_type is int:
             number = _whole(value)
-            if number is None:
-                raise InputError(f"must be a whole number, got {value!r}", field=name)
-            low = f.minimum if f.minimum is not None else None
-            if (low is not None and number < low) or (f.maximum is not None and number > f.maximum):
-                span = f">= {low:g}" if f.maximum is None else f"from {low:g} to {f.maximum:g}"
-                raise InputError(f"must be a whole number {span}, got {value!r}", field=name)
+            low, high = f.minimum, f.maximum
+            span = "" if low is None else f" >= {low:g}" if high is None else f" from {low:g} to {high:g}"
+            if number is None or (low is not None and number < low) or (high is not None and number > high):
+                raise InputError(f"must be a whole number{span}, got {value!r}", field=name)
             return number
         if not isinstance(value, str):
             raise InputError(f"must be text, got {value!r}", field=name)

@@ -37,6 +37,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..canonical import canonical, dumps
+from ..simulation.row import row_problem
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
@@ -232,40 +235,6 @@ def _check(record: Any, key: str, content: str = "row", sealed: bool = False) ->
     return "its checksum does not match its content (edited after it was written)"
 
 
-def dumps(value: Any) -> str:
-    """JSON with sorted keys and no NaN literals, so equal values give equal bytes."""
-    return json.dumps(_finite(value), sort_keys=True, indent=1, allow_nan=False) + "\n"
-
-
-def canonical(value: Any) -> str:
-    """One line of JSON with sorted keys, no spaces and no NaN literals (non-finite numbers
-    become null, as :func:`dumps` writes them): a stored record's text and what its
-    checksum hashes, so equal values give equal bytes.
-
-    Written by the json module's C encoder: the indented text of :func:`dumps` goes through
-    its Python encoder, which made writing and checking the records of a sweep's
-    hundreds of cases the busiest work of the sweep's own process, beside its workers.
-    A value is first encoded as it is and read back, its NaN and infinities as None (keys
-    become strings, tuples lists, as the file will give them); only a type the encoder
-    refuses (a mapping that is not a dict) is walked in Python."""
-    try:
-        plain = json.loads(json.dumps(value), parse_constant=lambda _: None)
-    except TypeError:
-        plain = _finite(value)
-    return json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    # JSON has no NaN or infinity; None is the honest "not a number" in a table.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _file_mode() -> int:
     """0666 less the umask: what ``open`` would give, where mkstemp gives 0600."""
     try:
@@ -357,39 +326,6 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
     _atomic_write(path, text)
 
 
-# What every row of results.json must hold for the report and figures to use it; every
-# other field is a finite number or null, but these text ones (and the flags, bools).
-ROW_FIELDS: Mapping[str, tuple[type, ...]] = {
-    "machine": (str,), "year": (int,), "kind": (str,), "status": (str,), "batch": (int,),
-    "network": (str, type(None)), "checkpoint": (str,), "updates": (str,), "phase": (str,),
-}
-ROW_TEXT = frozenset({"name", "optimizer", "dtype", "error", "bound", "bound_class", "dispatch", "fusion",
-                      "weights", "kv_dtype", "weight_zero", "attention"})
-ROW_FLAGS = frozenset({"synthetic", "weights_on_chip"})
-
-
-def _row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(field, reason) for the first field of a row a sweep could not have written."""
-    for name, types in ROW_FIELDS.items():
-        value = row.get(name)
-        if name not in row or isinstance(value, bool) or not isinstance(value, types):
-            return name, "missing" if name not in row else f"{type(value).__name__} {value!r}"
-    if row["status"] not in ("ok", "error"):
-        return "status", f"{row['status']!r}, neither 'ok' nor 'error'"
-    for name, value in row.items():
-        if name in ROW_FIELDS or value is None:
-            continue
-        if name in ROW_TEXT:
-            ok = isinstance(value, str)
-        elif name in ROW_FLAGS:
-            ok = isinstance(value, bool)
-        else:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok:
-            return name, f"{type(value).__name__} {value!r}"
-    return None
-
-
 def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a sweep folder's ``results.json``; InputError if it is not one a sweep wrote."""
     from ..errors import InputError
@@ -416,7 +352,7 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not isinstance(row, dict):
             raise InputError(f"row {i} is a JSON {type(row).__name__}, not a table", file=str(path),
                              field=f"rows[{i}]")
-        problem = _row_problem(row)
+        problem = row_problem(row)
         if problem is not None:
             name, what = problem
             raise InputError(f"row {i}: '{name}' is {what}", file=str(path), field=f"rows[{i}].{name}")

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..canonical import canonical, dumps
 from ..errors import InputError
 from ..model_version import MODEL_VERSION
 from ..simulation import Case
@@ -31,7 +32,7 @@ from ..study.identity import load_machine_spec, machine_info
 from .dask import run_dask, scheduler_is_local
 from .feeder import Feeder
 from .pool import default_jobs, run_here, run_local
-from .store import Store, atomic_write, canonical, dumps, write_tables
+from .store import Store, atomic_write, write_tables
 from .worker import Runner, default_runner, process_prepared
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """A case checked before any work starts: every argument, with the error naming it.
 
-Owns: :func:`validate` (every case of a sweep, its profiles and presets loaded once, so a
-broken file fails here, not in a worker) and the checks of single options the CLI uses
-too (:func:`check_checkpoint`, :func:`check_dispatch`).
+Owns: :func:`validate` (every case of a sweep: its machine and network known, each option's
+value as memwall.options declares it, the step's options together as the step checks
+them, its profiles and presets loaded once, so a broken file fails here, not in a worker).
 """
 
 from __future__ import annotations
@@ -12,30 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..options import OPTIONS
 from ..study.identity import machine_ids, machine_info, network_ids, network_info, parse_machine_spec
-from ..vocabulary import ATTENTIONS, FUSIONS, PHASES, UPDATES, check_word, parse_checkpoint
 
 if TYPE_CHECKING:
     from ..options import Case
 
 
-def check_checkpoint(value: str) -> str:
-    parse_checkpoint(value)
-    return value
-
-
 def _is_file(spec: str) -> bool:
     """A profile or preset given as a path to its .toml file, as ``inspect`` accepts."""
     return spec.endswith(".toml") and Path(spec).is_file()
-
-
-def check_dispatch(value: str | None) -> str | None:
-    """A dispatch mode (None: each profile's default), or an InputError naming the choices."""
-    from ..vocabulary import DISPATCH_MODES
-
-    if value is None or value in DISPATCH_MODES:
-        return value
-    raise InputError(f"unknown dispatch mode '{value}' (use {', '.join(DISPATCH_MODES)})", field="dispatch")
 
 
 def validate(cases: Sequence[Case]) -> None:
@@ -53,21 +39,10 @@ def validate(cases: Sequence[Case]) -> None:
         if case.network is not None and case.network not in known_n and not _is_file(case.network):
             raise InputError(f"unknown network '{case.network}' (see `memwall networks list`)",
                              field="networks")
-        if isinstance(case.batch, bool) or not isinstance(case.batch, int) or case.batch < 1:
-            raise InputError(f"batch must be a whole number >= 1, got {case.batch!r}", field="batches")
-        if case.seq_len is not None and case.seq_len < 1:
-            raise InputError(f"seq_len must be >= 1, got {case.seq_len!r}", field="seq_len")
-        check_checkpoint(case.checkpoint)
-        check_dispatch(case.dispatch)
-        if case.updates not in UPDATES:
-            raise InputError(f"unknown updates '{case.updates}' (use {' or '.join(UPDATES)})", field="updates")
-        if isinstance(case.accumulate, bool) or not isinstance(case.accumulate, int) or case.accumulate < 1:
-            raise InputError(f"accumulate must be a whole number >= 1, got {case.accumulate!r}", field="accumulate")
-        check_word(case.fusion, FUSIONS, "fusion")
-        if case.attention is not None:
-            check_word(case.attention, ATTENTIONS, "attention")
-        if case.phase not in PHASES:
-            raise InputError(f"unknown phase '{case.phase}' (use {' or '.join(PHASES)})", field="phase")
+        for option in OPTIONS:  # each value as its declaration reads it: one rule, one message
+            value = getattr(case, option.name)
+            if value != option.default:
+                option.parse(value)
         _check_options(case)
     for spec in dict.fromkeys(c.machine for c in cases):
         # Loads every profile once, so a broken file fails here, not in a worker.

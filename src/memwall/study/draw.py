@@ -120,7 +120,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     holds keyword arguments of :func:`memwall.study.gholami.gholami_table`. ``quick`` (a
     quick sweep's) validates the one-device measurements only.
     """
-    from ..execute.store import atomic_write, dumps, write_csv
+    from ..canonical import dumps
+    from ..execute.store import atomic_write, write_csv
     from ..figures._style import save
 
     names = list(only) if only else list(NAMES)

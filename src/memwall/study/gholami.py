@@ -162,7 +162,7 @@ def gholami_data(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def gholami_inputs(options: Mapping[str, Any]) -> dict[str, Any]:
     """What the figure's data is computed from: reused while none of it changes."""
-    from ..execute.store import dumps
+    from ..canonical import dumps
     from .identity import machine_info, network_info
 
     machines = options.get("machines", (GHOLAMI_MACHINE, GHOLAMI_COMPARE))

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ..canonical import dumps
 from ..errors import InputError
-from ..execute.store import dumps
 
 if TYPE_CHECKING:
     from ..profiles import Machine

@@ -344,7 +344,7 @@ def tricks_inputs() -> dict[str, Any]:
     """What the ladders are computed from: reused while the model, profiles and presets are unchanged."""
     import json
 
-    from ..execute.store import dumps
+    from ..canonical import dumps
     from .identity import machine_info, network_info
     from .tricks import TRICK_CASES, TRICKS
 
