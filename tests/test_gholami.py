@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from memwall.errors import InputError
 from memwall.figures import NAMES, OPT_IN
 from memwall.networks import load_network
 from memwall.profiles import load_machine
@@ -51,13 +52,22 @@ def test_bert_base_has_bertmodels_110m_parameters():
     assert "Devlin" in net.source
 
 
-def test_presets_get_the_positions_a_long_sequence_needs(tmp_path):
-    files = gh._long_presets(["bert-base", "gpt2-small"], 2048, tmp_path)
-    longer = load_network(files["bert-base"])
-    assert longer.max_positions == 2048
+def test_presets_get_the_positions_a_long_sequence_needs(capsys):
+    """Longer sequences are a case option (max_positions), not an edited preset: the
+    position table, and so the parameters, grow with it; a preset long enough keeps its own."""
+    from memwall.cli import main
+    from memwall.simulation import Case, build_case_step
+    from memwall.simulation.step import case_network
+
+    assert gh._positions(["bert-base", "gpt2-small"], 2048) == {"bert-base": 2048, "gpt2-small": 2048}
+    assert gh._positions(["bert-base"], 512) == {"bert-base": None}
+    longer = case_network(Case("h100-sxm", "bert-base", max_positions=2048))
     assert longer.parameters - load_network("bert-base").parameters == (2048 - 512) * 768
-    assert load_network(files["gpt2-small"]).max_positions == 2048
-    assert gh._long_presets(["bert-base"], 512, tmp_path) == {"bert-base": "bert-base"}
+    with pytest.raises(InputError, match="exceeds the 512 learned positions"):
+        build_case_step(Case("h100-sxm", "bert-base", phase="forward", seq_len=2048))
+    assert build_case_step(Case("h100-sxm", "bert-base", phase="forward", seq_len=2048, max_positions=2048)).flops
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "llama3-8b", "--max-positions", "9000"]) == 2
+    assert "no learned position table" in capsys.readouterr().err
 
 
 def test_summed_decode_is_exact_for_a_linear_cost_and_needs_its_end_points():

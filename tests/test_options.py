@@ -136,3 +136,12 @@ def test_the_row_declaration_checks_rows():
     assert row_problem({**good, "seconds": float("nan")}) == ("seconds", "float nan")
     assert row_problem({**good, "synthetic": 1}) == ("synthetic", "int 1")
     assert row_problem({**good, "year": "1986"})[0] == "year"
+
+
+def test_several_devices_serve_every_replicas_tokens_and_say_the_rate_per_device():
+    one = memwall.run("h100-sxm", "llama3-8b", phase="decode", context=512, batch=4, tp=2)
+    two = memwall.run("h100-sxm", "llama3-8b", phase="decode", context=512, batch=4, dp=2, tp=2)
+    s = two["serving"]
+    assert s["tokens_per_second"] == pytest.approx(4 * s["tokens_per_second_per_device"], rel=1e-12)
+    assert s["tokens_per_second"] == pytest.approx(2 * one["serving"]["tokens_per_second"], rel=1e-9)
+    assert s["tokens_per_second"] == pytest.approx(2 * 4 / two.time.seconds, rel=1e-12)

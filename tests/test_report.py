@@ -148,3 +148,20 @@ def test_every_registered_figure_is_drawn_and_on_the_page(sweep_dir, pyplot):
         assert set(spec) == {"data", "layout"} and (spec["data"] or module.OPT_IN), name
         assert len(data["figures"][name]["data"]) == len(spec["data"]), name
         assert f"<b>{html.escape(heading(name))}.</b> {html.escape(module.CAPTION)}" in text, name
+
+
+def test_the_results_table_follows_the_row_declaration():
+    """Years print whole, decode rows show their context and both token rates by name, CUPS
+    only where something trains, and every header carries its column's key for the filter."""
+    from memwall.experiments.report import _cell, _table, results_columns
+
+    train = {"machine": "h100-sxm", "year": 2022, "phase": "train", "cups": 1e9, "seconds": 1.0}
+    decode = {"machine": "h100-sxm", "year": 2022, "phase": "decode", "cups": None, "context": 8192,
+              "tokens_per_second": 2000.0, "tokens_per_second_per_device": 250.0, "seconds": 0.01}
+    keys = [k for k, _ in results_columns([train, decode])]
+    assert {"context", "tokens_per_second", "tokens_per_second_per_device", "cups"} <= set(keys)
+    assert "context" not in [k for k, _ in results_columns([train])]
+    assert "cups" not in [k for k, _ in results_columns([decode])]
+    assert _cell("year", 2022) == "2022" and _cell("year", 2022.0) == "2022" and _cell("seconds", 0.5) == "0.5"
+    html = _table([train, decode], results_columns([train, decode]), "results-table", sortable=True)
+    assert "data-key='context'" in html and ">8192<" in html and "2.02e+03" not in html

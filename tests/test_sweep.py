@@ -260,3 +260,21 @@ def test_a_record_as_written_is_checked_from_its_bytes_and_an_edited_one_is_not_
     assert s.get("k1")["row"] == {"seconds": 1.5}
     path.write_text(text.replace('"seconds":1.5', '"seconds":2.5'))  # other content
     assert s.get("k1") is None and s.damaged[-1][0] == "k1"
+
+
+def test_a_machine_given_as_a_file_is_named_by_its_id_and_joins_the_balance_drift(tmp_path):
+    from memwall.data import data_files
+    from memwall.execute.sweep import read_machine_roofs
+    from memwall.experiments.report import label
+    from memwall.study.tables import machine_table
+
+    shipped = next(p for p in data_files("machines") if p.stem == "vax-11-780")
+    mine = tmp_path / "profiles" / "my-vax.toml"
+    mine.parent.mkdir()
+    mine.write_text(shipped.read_text(encoding="utf-8").replace('id = "vax-11-780"', 'id = "my-vax"', 1),
+                    encoding="utf-8")
+    result = run(tmp_path / "out", [Case(machine=str(mine), network="nettalk", updates="per-example")])
+    assert [r["machine"] for r in result.rows] == ["my-vax"]
+    table = machine_table(read_machine_roofs(tmp_path / "out"))
+    assert [r["id"] for r in table].count("my-vax") == 1 and "vax-11-780" in {r["id"] for r in table}
+    assert label("h100-sxm@bw=98940000000.0") == "h100-sxm @ 98.94 GB/s"

@@ -644,3 +644,14 @@ def with_attention(network: Network, attention: str | None) -> Network:
     if not network.is_sequence:
         raise InputError(f"network {network.id!r} has no attention to choose kernels for", field="attention")
     return dataclasses.replace(network, attention=attention)
+
+
+def with_positions(network: Network, positions: int | None) -> Network:
+    """``network`` with a learned position table of ``positions`` rows, as a case's
+    ``max_positions`` asks (a longer sequence than the preset was trained for); unchanged
+    when None or already the network's."""
+    if positions is None or positions == network.max_positions:
+        return network
+    if not network.max_positions:
+        raise InputError(f"network {network.id!r} has no learned position table to size", field="max_positions")
+    return dataclasses.replace(network, max_positions=positions)

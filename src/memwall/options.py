@@ -195,6 +195,9 @@ OPTIONS: tuple[Option, ...] = (
             metavar="N"),
     _option("zero", int, "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also weights", DEVICES,
             default=0, minimum=0, maximum=3, phases=TRAIN_ONLY, metavar="N"),
+    _option("max_positions", int, "rows of the learned position table, for a preset with learned positions "
+            "run at a longer sequence than it was trained for (its position weights grow with it)", STEP, minimum=1,
+            default_doc="the preset's", metavar="N"),
     _option("attention", str, "attention kernels: materialized (the scores in memory, kept for the backward) or "
             "flash (one fused kernel, scores recomputed)", STEP, choices=ATTENTIONS,
             default_doc="the network's own"),

@@ -26,8 +26,10 @@ from ..execute.store import read_rows
 from ..figures import FIGURES, heading
 from ..figures.stall_breakdown import breakdown_spec, parts
 from ..model_version import MODEL_VERSION
+from ..simulation.row import column
 from ..study import draw
 from ..study.tables import stall_levels
+from ..units import format_byte_rate
 
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;
@@ -65,21 +67,53 @@ def _num(value: Any, fmt: str = ".3g") -> str:
 
 def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]], table_id: str = "",
            sortable: bool = False) -> str:
-    """An HTML table; ``sortable`` cells carry their raw value for the page's sort and filter."""
-    head = "".join(f"<th class='t'>{_e(label)}</th>" if k in TEXT_COLS else f"<th>{_e(label)}</th>"
-                   for k, label in cols)
+    """An HTML table; ``sortable`` cells carry their raw value for the page's sort and filter,
+    and its headers their column's key (the filter's ``column:text``)."""
+    head = "".join(f"<th{' class=' + chr(39) + 't' + chr(39) if k in TEXT_COLS else ''} data-key='{_e(k)}'>"
+                   f"{_e(label)}</th>" for k, label in cols)
     body = []
     for r in rows:
         cells = []
         for k, _ in cols:
             v = r.get(k)
             cls = " class='t'" if k in TEXT_COLS else ""
-            shown = _e(v) if k in TEXT_COLS else _num(v)
+            shown = _e(v) if k in TEXT_COLS else _cell(k, v)
             raw = f" data-v='{_e('' if v is None else v)}'" if sortable else ""
             cells.append(f"<td{cls}{raw}>{shown}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     ident = f" id='{table_id}'" if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _cell(key: str, value: Any) -> str:
+    """A value as its column's declaration types it: whole numbers whole (a year is 2022,
+    not 2.02e+03), flags yes/no, other numbers to three figures."""
+    declared = column(key)
+    if declared is not None and value is not None and not isinstance(value, bool):
+        if declared.type == "int" and isinstance(value, (int, float)) and float(value).is_integer():
+            return str(int(value))
+    if declared is not None and declared.type == "flag" and isinstance(value, bool):
+        return "yes" if value else "no"
+    return _num(value)
+
+
+# The results table's columns, in order; labels, units and types come from the row's
+# declaration (memwall.simulation.row.ROW). A column only some rows have (serving, devices)
+# is shown when any row has it.
+RESULTS_TABLE = ("machine", "year", "kind", "balance", "network", "batch", "seq_len", "checkpoint", "updates",
+                 "phase", "context", "weights", "devices", "seconds", "stall_fraction", "memory_ratio",
+                 "fraction_of_peak", "cups", "tokens_per_second", "tokens_per_second_per_device", "bound")
+
+
+def results_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(key, header) of the results table's columns that these rows fill."""
+    out = []
+    for key in RESULTS_TABLE:
+        c = column(key)
+        if c is None or not any(r.get(key) is not None for r in rows):
+            continue
+        out.append((key, f"{c.label} ({c.unit})" if c.unit and c.unit not in ("tokens",) else c.label))
+    return out
 
 
 TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "phase", "bound", "status", "error",
@@ -98,10 +132,16 @@ def _is_path(spec: str) -> bool:
 
 
 def label(spec: Any) -> str:
-    """What the report shows for a machine or network: a user file by its name, never its path."""
+    """What the report shows for a machine or network: a user file by its name, never its
+    path; a synthetic machine as its base and bandwidth (``h100-sxm @ 98.9 GB/s``)."""
     text = "" if spec is None else str(spec)
     base, at, rest = text.rpartition("@")
     head, tail = (base, at + rest) if at and "/" not in rest else (text, "")
+    if tail.startswith("@bw="):
+        try:
+            tail = f" @ {format_byte_rate(float(tail[4:]))}"
+        except ValueError:
+            pass
     return (Path(head).name if _is_path(head) else head) + tail
 
 
@@ -263,14 +303,10 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
         out.append(_machine_section(mid, rows, ok, levels))
 
     out.append("<h2 id='results'>Results</h2>")
-    out.append("<div class='controls'>filter: <input id='results-filter' placeholder='machine, network, bound…'> "
-               "(click a column's header to sort)</div>")
-    cols = [("machine", "machine"), ("year", "year"), ("kind", "kind"), ("balance", "balance (FLOP/B)"),
-            ("network", "network"), ("batch", "batch"), ("checkpoint", "checkpoint"), ("updates", "updates"),
-            ("phase", "phase"), ("seconds", "seconds"), ("stall_fraction", "stall"),
-            ("memory_ratio", "memory ÷ arithmetic"), ("fraction_of_peak", "of peak"), ("cups", "CUPS"),
-            ("bound", "bound")]
-    out.append(_table(ok, cols, "results-table", sortable=True))
+    out.append("<div class='controls'>filter: <input id='results-filter' placeholder='h100 phase:decode "
+               "context:8192'> (every word must match; column:text looks in that column; click a header to "
+               "sort)</div>")
+    out.append(_table(ok, results_columns(ok), "results-table", sortable=True))
     if failed:
         out.append("<h2 id='failed'>Failed cases</h2>")
         out.append(_table(failed, [("machine", "machine"), ("network", "network"), ("batch", "batch"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..errors import InputError
-from ..networks import Network, load_network, with_attention
+from ..networks import Network, load_network, with_attention, with_positions
 from ..options import Case
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step, gemm_step
@@ -28,8 +28,9 @@ def build_case_step(case: Case) -> Step:
 
 
 def case_network(case: Case) -> Network:
-    """The network a case runs: its preset, with the case's attention kernels if it names them."""
-    return with_attention(load_network(case.network), case.attention)
+    """The network a case runs: its preset, with the case's attention kernels and learned
+    positions where it names them."""
+    return with_positions(with_attention(load_network(case.network), case.attention), case.max_positions)
 
 
 def case_config(case: Case, network: Network) -> TrainingConfig:

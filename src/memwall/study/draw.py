@@ -50,7 +50,7 @@ def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
                              if hasattr(module, "from_rows")}
     return own | {
         "balance_drift": (None, lambda: tb.balance_drift_data(machines if machines is not None
-                                                              else tb.machine_table())),
+                                                              else tb.machine_table(_roofs(out)))),
         "batch_window": (None, lambda: {"rows": tb.window_rows(rows), "model": tb.window_model(tb.window_rows(rows)),
                                         "wide": tb.wide_window_rows(rows)}),
         "capacity_ledger": ((lambda: _network_inputs(tb.LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
@@ -84,6 +84,13 @@ def _validation(folder: Path) -> dict[str, Any] | None:
         raise InputError("expected {\"cases\": [...], \"summary\": {...}} as the sweep writes it",
                          file=str(path))
     return data
+
+
+def _roofs(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The sweep's machines as machines.json has them (none before a sweep wrote it)."""
+    from ..execute.sweep import read_machine_roofs
+
+    return read_machine_roofs(out)
 
 
 def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | None:

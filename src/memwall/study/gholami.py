@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,24 +60,13 @@ def _step_metrics(result: Mapping[str, Any]) -> dict[str, float]:
             "seconds": float(result["seconds"])}
 
 
-def _long_presets(networks: Iterable[str], longest: int, folder: Path) -> dict[str, str]:
-    """Each preset as a file whose learned position table holds ``longest`` rows where its
-    own is shorter (BERT has 512, GPT-2 1024); the others as they are, by id."""
-    from ..data import data_files
+def _positions(networks: Iterable[str], longest: int) -> dict[str, int | None]:
+    """The learned positions each preset needs for ``longest`` tokens (the case option
+    ``max_positions``) where its own table is shorter (BERT has 512, GPT-2 1024); None
+    where it needs none."""
     from ..networks import load_network
 
-    files = {p.stem: p for p in data_files("networks")}
-    out = {}
-    for net in networks:
-        if 0 < load_network(net).max_positions < longest:
-            text = files[net].read_text(encoding="utf-8")
-            path = folder / f"{net}.toml"
-            path.write_text(text.replace("[transformer]\n", f"[transformer]\nmax_positions = {longest}\n", 1),
-                            encoding="utf-8")
-            out[net] = str(path)
-        else:
-            out[net] = net
-    return out
+    return {net: longest if 0 < load_network(net).max_positions < longest else None for net in networks}
 
 
 def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
@@ -94,38 +82,36 @@ def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
     generated one by one, the sum of its decode steps at contexts 0 ... L - 1, from the
     steps at :func:`gholami_contexts` (:func:`summed_decode`), at batch 1 and, per
     sequence, at ``decode_batch`` sequences together (0: none). Presets are given the
-    learned positions the longest length needs (:func:`_long_presets`)."""
-    import tempfile
-
+    learned positions the longest length needs (:func:`_positions`)."""
     from ..simulation import Case, run_case
 
     run = run or run_case
     lengths = sorted(lengths)
     contexts = gholami_contexts(lengths)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        files = _long_presets([n for n, _ in networks], lengths[-1], Path(tmp))
-        for machine in machines:
-            for net, role in networks:
-                common = {"machine": machine, "network": net, "role": role, "dtype": dtype}
-                if role == "encoder":
-                    for n in lengths:
-                        r = run(Case(machine=machine, network=files[net], phase="forward", seq_len=n, dtype=dtype))
-                        rows.append({**common, "batch": 1, "length": n, **_step_metrics(r), "sampled_contexts": None})
-                    continue
-                for batch in (1, decode_batch) if decode_batch > 1 else (1,):
-                    steps = {c: _step_metrics(run(Case(machine=machine, network=files[net], phase="decode", context=c,
-                                                       batch=batch, dtype=dtype)))
-                             for c in contexts}
-                    for n in lengths:
-                        rows.append({**common, "batch": batch, "length": n, **summed_decode(steps, n),
-                                     "sampled_contexts": sum(c < n for c in contexts)})
-            mine = [r for r in rows if r["machine"] == machine]
-            base = next(r for r in mine if r["network"] == networks[0][0] and r["batch"] == 1)["seconds"]
-            for r in mine:
-                r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else None
-                r["seconds_per_sequence"] = r["seconds"] / r["batch"]
-                r["latency_norm"] = r["seconds_per_sequence"] / base
+    positions = _positions([n for n, _ in networks], lengths[-1])
+    for machine in machines:
+        for net, role in networks:
+            common = {"machine": machine, "network": net, "role": role, "dtype": dtype}
+            if role == "encoder":
+                for n in lengths:
+                    r = run(Case(machine=machine, network=net, phase="forward", seq_len=n, dtype=dtype,
+                                 max_positions=positions[net]))
+                    rows.append({**common, "batch": 1, "length": n, **_step_metrics(r), "sampled_contexts": None})
+                continue
+            for batch in (1, decode_batch) if decode_batch > 1 else (1,):
+                steps = {c: _step_metrics(run(Case(machine=machine, network=net, phase="decode", context=c,
+                                                   batch=batch, dtype=dtype, max_positions=positions[net])))
+                         for c in contexts}
+                for n in lengths:
+                    rows.append({**common, "batch": batch, "length": n, **summed_decode(steps, n),
+                                 "sampled_contexts": sum(c < n for c in contexts)})
+        mine = [r for r in rows if r["machine"] == machine]
+        base = next(r for r in mine if r["network"] == networks[0][0] and r["batch"] == 1)["seconds"]
+        for r in mine:
+            r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else None
+            r["seconds_per_sequence"] = r["seconds"] / r["batch"]
+            r["latency_norm"] = r["seconds_per_sequence"] / base
     return rows
 
 

@@ -97,8 +97,11 @@ def machine_info(spec: str) -> MachineInfo:
     m = load_machine(base)
     bandwidth = m.memory.bandwidth if bw is None else bw
     name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
+    # A profile given as a file is named by its id, as a shipped one is (the row, the
+    # tables and the figures show ids; the spec stays the case's, for its key).
+    shown = spec if not _is_path(base) else m.id + spec[len(base):]
     return MachineInfo(
-        id=spec, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
+        id=shown, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
         peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
         fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
         synthetic=bw is not None, on_chip=max((lv.size for lv in m.levels), default=0),
@@ -111,6 +114,10 @@ def network_info(net_id: str) -> NetworkInfo:
 
     net = load_network(net_id)
     return NetworkInfo(id=net_id, fingerprint=_fingerprint(_content(net.as_dict())), seq_len=net.seq_len)
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".toml") or "/" in spec or "\\" in spec
 
 
 def parse_machine_spec(spec: str) -> tuple[str, float | None]:

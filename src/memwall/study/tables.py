@@ -38,8 +38,9 @@ def ok_rows(rows: Iterable[Row]) -> list[Row]:
 # 1. Balance drift
 
 
-def machine_table() -> list[dict[str, Any]]:
-    """One dict per shipped machine: id, name, year, kind, peak (FLOP/s), bandwidth (B/s), balance."""
+def machine_table(roofs: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """One dict per shipped machine, and per machine of ``roofs`` (a sweep's ``machines.json``)
+    given as a file of its own: id, name, year, kind, peak (FLOP/s), bandwidth (B/s), balance."""
     from ..profiles import all_machines
 
     out = []
@@ -50,6 +51,15 @@ def machine_table() -> list[dict[str, Any]]:
         out.append({"id": m.id, "name": m.name, "year": m.year, "kind": m.kind,
                     "dtype": m.primary_dtype, "peak": peak, "bandwidth": bw, "balance": peak / bw,
                     "link": link})
+    shipped = {r["id"] for r in out}
+    for roof in roofs:
+        if roof.get("synthetic") or roof["machine"] in shipped or roof.get("spec", roof["machine"]) in shipped:
+            continue
+        shipped.add(roof["machine"])
+        dtype = roof["primary_dtype"]
+        peak, bw = roof["peak_flops"][dtype], roof["memory_bandwidth"]
+        out.append({"id": roof["machine"], "name": roof["name"], "year": roof["year"], "kind": roof["kind"],
+                    "dtype": dtype, "peak": peak, "bandwidth": bw, "balance": peak / bw, "link": None})
     return sorted(out, key=lambda r: (r["year"], r["id"]))
 
 

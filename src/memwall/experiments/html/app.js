@@ -43,9 +43,26 @@
   (function () {
     var table = document.getElementById("results-table"), body = table.tBodies[0];
     var filter = document.getElementById("results-filter");
+    // Every word must match: plain words anywhere in the row, "column:text" in that column
+    // (its key or its header, e.g. phase:decode, machine:h100, context:8192).
+    var keys = Array.prototype.map.call(table.tHead.rows[0].cells, function (th) {
+      return [String(th.getAttribute("data-key") || ""), th.textContent.toLowerCase()];
+    });
+    function column(name) {
+      for (var i = 0; i < keys.length; i++) { if (keys[i][0] === name || keys[i][1] === name) { return i; } }
+      return -1;
+    }
     filter.addEventListener("input", function () {
-      var q = filter.value.toLowerCase();
-      Array.prototype.forEach.call(body.rows, function (tr) { tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? "" : "none"; });
+      var terms = filter.value.toLowerCase().split(/\s+/).filter(function (t) { return t; });
+      Array.prototype.forEach.call(body.rows, function (tr) {
+        var text = tr.textContent.toLowerCase();
+        var shown = terms.every(function (t) {
+          var at = t.indexOf(":"), col = at > 0 ? column(t.slice(0, at)) : -1;
+          if (col >= 0) { return tr.cells[col].textContent.toLowerCase().indexOf(t.slice(at + 1)) >= 0; }
+          return text.indexOf(t) >= 0;
+        });
+        tr.style.display = shown ? "" : "none";
+      });
     });
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
       th.style.cursor = "pointer";
