@@ -16,8 +16,8 @@ import subprocess
 import pytest
 
 from memwall.cli import main
-from memwall.experiments.report import build_report
 from memwall.figures import FIGURES
+from memwall.report.page import build_report
 from memwall.study import tables as tb
 from memwall.study.draw import write_figures
 
@@ -153,7 +153,7 @@ def test_every_registered_figure_is_drawn_and_on_the_page(sweep_dir, pyplot):
 def test_the_results_table_follows_the_row_declaration():
     """Years print whole, decode rows show their context and both token rates by name, CUPS
     only where something trains, and every header carries its column's key for the filter."""
-    from memwall.experiments.report import _cell, _table, results_columns
+    from memwall.report.page import _cell, _table, results_columns
 
     train = {"machine": "h100-sxm", "year": 2022, "phase": "train", "cups": 1e9, "seconds": 1.0}
     decode = {"machine": "h100-sxm", "year": 2022, "phase": "decode", "cups": None, "context": 8192,

@@ -265,7 +265,7 @@ def test_a_record_as_written_is_checked_from_its_bytes_and_an_edited_one_is_not_
 def test_a_machine_given_as_a_file_is_named_by_its_id_and_joins_the_balance_drift(tmp_path):
     from memwall.data import data_files
     from memwall.execute.sweep import read_machine_roofs
-    from memwall.experiments.report import label
+    from memwall.report.page import label
     from memwall.study.tables import machine_table
 
     shipped = next(p for p in data_files("machines") if p.stem == "vax-11-780")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memwall.errors import InputError
-from memwall.experiments.validate import validation_figure
+from memwall.execute.validation import validation_figure
 from memwall.study.measurements import Measurement, load_measurements
 from memwall.study.validation import (
     CaseResult,

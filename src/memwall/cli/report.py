@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.report import build_report
+    from ..report.page import build_report
 
     path = build_report(args.dir, args.output)
     print(path)

@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..experiments.validate import validation_figure
+    from ..execute.validation import validation_figure
     from ..study.measurements import load_measurements
     from ..study.validation import format_table, summarize, to_json, validate
 

@@ -254,7 +254,7 @@ def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
     for spec in specs:
         m = load_machine_spec(spec)
         info = machine_info(spec)
-        out.append({"machine": info.id, "spec": spec, "name": info.name, "synthetic": info.synthetic, "year": m.year, "kind": m.kind,
+        out.append({"machine": info.id, "name": info.name, "synthetic": info.synthetic, "year": m.year, "kind": m.kind,
                     "primary_dtype": m.primary_dtype, "peak_flops": dict(m.peak_flops),
                     "achievable_flops": dict(m.achievable_flops),
                     "memory_bandwidth": m.memory.bandwidth, "memory_capacity": m.memory.capacity,

@@ -10,12 +10,21 @@ results). The judge itself is :mod:`memwall.study.validation`'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..simulation import Case
-from ..study.validation import Predictor, case_for, default_predictor, known_ids, to_json, validate
+from ..study.validation import (
+    ERAS,
+    CaseResult,
+    Predictor,
+    case_for,
+    default_predictor,
+    known_ids,
+    to_json,
+    validate,
+)
 
 
 def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> Predictor:
@@ -85,7 +94,6 @@ def write_validation(out: str | Path, measurements: str | Path | None = None, *,
     table it draws differs from the one last drawn. ``one_device`` keeps the measurements
     of one device (a quick sweep's: the multi-device point checks take minutes to predict;
     ``memwall validate`` and the full sweep run them all)."""
-    from ..experiments.validate import validation_figure
     from ..study.measurements import load_measurements
     from .store import atomic_write, write_csv
 
@@ -110,3 +118,15 @@ def write_validation(out: str | Path, measurements: str | Path | None = None, *,
     paths = validation_figure(results, figdir)
     write_csv(figdir / "validation.csv", data["cases"])
     return paths
+
+
+def validation_figure(cases: Iterable[CaseResult], out_dir: str | Path) -> list[Path]:
+    """Figure 7 (:mod:`memwall.figures.validation`) of ``cases``, its points coloured by
+    :data:`ERAS`: writes ``validation.png`` and ``validation.svg`` into out_dir and returns
+    their paths."""
+    from ..figures import validation
+    from ..figures._style import save
+
+    data = {"cases": [c.as_dict() for c in cases],
+            "eras": [{"name": name, "first": lo, "last": hi} for name, lo, hi in ERAS]}
+    return save(validation.draw(data), out_dir, "validation")

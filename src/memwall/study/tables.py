@@ -53,7 +53,7 @@ def machine_table(roofs: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any
                     "link": link})
     shipped = {r["id"] for r in out}
     for roof in roofs:
-        if roof.get("synthetic") or roof["machine"] in shipped or roof.get("spec", roof["machine"]) in shipped:
+        if roof.get("synthetic") or roof["machine"] in shipped:
             continue
         shipped.add(roof["machine"])
         dtype = roof["primary_dtype"]

@@ -174,7 +174,7 @@ def plotly_js() -> str:
 def _app_js() -> str:
     from importlib.resources import files
 
-    return (files("memwall.experiments") / "html" / "app.js").read_text(encoding="utf-8")
+    return (files("memwall.report") / "html" / "app.js").read_text(encoding="utf-8")
 
 
 def _inline(text: str) -> str:

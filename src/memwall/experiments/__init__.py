@@ -1,1 +1,0 @@
-"""Experiments: sweeps over machines, networks and batches, and their figures."""
