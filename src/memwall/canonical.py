@@ -15,7 +15,7 @@ from typing import Any
 
 def dumps(value: Any) -> str:
     """JSON with sorted keys and no NaN literals, so equal values give equal bytes."""
-    return json.dumps(_finite(value), sort_keys=True, indent=1, allow_nan=False) + "\n"
+    return json.dumps(finite(value), sort_keys=True, indent=1, allow_nan=False) + "\n"
 
 
 def canonical(value: Any) -> str:
@@ -32,16 +32,17 @@ def canonical(value: Any) -> str:
     try:
         plain = json.loads(json.dumps(value), parse_constant=lambda _: None)
     except TypeError:
-        plain = _finite(value)
+        plain = finite(value)
     return json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity as None (keys as strings, tuples as lists)."""
     # JSON has no NaN or infinity; None is the honest "not a number" in a table.
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -169,3 +169,14 @@ def map_cases(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator[R
         _stop_workers(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def run_cases(cases: Sequence[Any], jobs: int | None = None) -> list[Any]:
+    """Each case's :func:`memwall.simulation.run_case` result, in order, on up to ``jobs``
+    worker processes (default: the cores): how the figures' and tables' own cases run."""
+    from ..simulation.case import run_case
+
+    width = min(jobs or default_jobs(), len(cases))
+    if width <= 1:
+        return [run_case(case) for case in cases]
+    return list(map_cases(run_case, cases, width))

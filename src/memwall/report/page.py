@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..canonical import finite
 from ..errors import InputError
 from ..execute.store import read_rows
 from ..figures import FIGURES, heading
@@ -214,9 +214,9 @@ def figures(folder: Path) -> list[dict[str, Any]]:
     out = []
     for name, module in FIGURES.items():
         stored = draw.figure_data(folder, name)
-        data = _clean(_labelled(stored["data"])) if stored else {}
+        data = finite(_labelled(stored["data"])) if stored else {}
         out.append({"name": name, "heading": heading(name), "caption": module.CAPTION,
-                    "prose": module.prose(data), "spec": _clean(module.plotly(data)), "data": data})
+                    "prose": module.prose(data), "spec": finite(module.plotly(data)), "data": data})
     return out
 
 
@@ -236,16 +236,6 @@ def _labelled(value: Any) -> Any:
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_labelled(v) for v in value]
-    return value
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
     return value
 
 
@@ -314,7 +304,7 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
                                    ("error", "reason")]))
     out.append("<p class='muted'>Gholami et al., \"AI and Memory Wall\", IEEE Micro 44(3), 2024, for the "
                "growth rates in figure 1. Machine figures: era_data/machines, each with its source and status.</p>")
-    page = {"figures": {f["name"]: f["spec"] for f in shown}, "machines": _clean(machine_specs(ok, machines, levels))}
+    page = {"figures": {f["name"]: f["spec"] for f in shown}, "machines": finite(machine_specs(ok, machines, levels))}
     blob = _inline(json.dumps(page, allow_nan=False, separators=(",", ":")))
     out.append(f"<script type='application/json' id='memwall-data'>{blob}</script>")
     out.append(f"<script>{_inline(_app_js())}</script>")

@@ -123,17 +123,12 @@ def row_problem(row: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-# Case fields added after results were first stored: left out of a case's key at their
-# default, so results stored before them are still found.
-_LATER_DEFAULTS = {"accumulate": 1, "fusion": "none", "grad_dtype": None}
-
-
 def case_key(case: Case) -> str:
     """What a stored result depends on: the profile, the network, the case and the model."""
     m = machine_info(case.machine)
     net = network_info(case.network).fingerprint if case.network else None
-    fields = {k: v for k, v in case.as_dict().items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
-    payload = {"model": MODEL_VERSION, "case": fields, "machine": m.fingerprint, "network": net}
+    # as_dict leaves out every option at its default, so a new option keeps every stored key
+    payload = {"model": MODEL_VERSION, "case": case.as_dict(), "machine": m.fingerprint, "network": net}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

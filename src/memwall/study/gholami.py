@@ -73,7 +73,9 @@ def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
                   machines: Sequence[str] = (GHOLAMI_MACHINE, GHOLAMI_COMPARE),
                   networks: Sequence[tuple[str, str]] = GHOLAMI_NETWORKS, decode_batch: int = GHOLAMI_BATCH,
                   dtype: str = GHOLAMI_DTYPE,
-                  run: Callable[[Any], Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+                  run: Callable[[Any], Mapping[str, Any]] | None = None,
+                  run_many: Callable[[list[Any]], Sequence[Mapping[str, Any]]] | None = None,
+                  ) -> list[dict[str, Any]]:
     """One row per machine, network, batch and sequence length L: FLOPs, main-memory bytes,
     seconds, arithmetic intensity (FLOPs per main-memory byte) and latency over BERT-Base's
     (the first network's) at the shortest length on the same machine.
@@ -82,30 +84,38 @@ def gholami_table(lengths: Sequence[int] = GHOLAMI_LENGTHS,
     generated one by one, the sum of its decode steps at contexts 0 ... L - 1, from the
     steps at :func:`gholami_contexts` (:func:`summed_decode`), at batch 1 and, per
     sequence, at ``decode_batch`` sequences together (0: none). Presets are given the
-    learned positions the longest length needs (:func:`_positions`)."""
+    learned positions the longest length needs (:func:`_positions`, the case option
+    ``max_positions``). Every case is gathered first and run by ``run_many`` (a sweep's
+    worker processes), else one by one by ``run`` (default: in this process)."""
     from ..simulation import Case, run_case
 
-    run = run or run_case
     lengths = sorted(lengths)
     contexts = gholami_contexts(lengths)
-    rows: list[dict[str, Any]] = []
     positions = _positions([n for n, _ in networks], lengths[-1])
+    batches = (1, decode_batch) if decode_batch > 1 else (1,)
+    plan: list[tuple[str, str, str, int, int, Any]] = []  # machine, network, role, batch, length or context, case
     for machine in machines:
         for net, role in networks:
-            common = {"machine": machine, "network": net, "role": role, "dtype": dtype}
+            common = {"machine": machine, "network": net, "dtype": dtype, "max_positions": positions[net]}
             if role == "encoder":
-                for n in lengths:
-                    r = run(Case(machine=machine, network=net, phase="forward", seq_len=n, dtype=dtype,
-                                 max_positions=positions[net]))
-                    rows.append({**common, "batch": 1, "length": n, **_step_metrics(r), "sampled_contexts": None})
-                continue
-            for batch in (1, decode_batch) if decode_batch > 1 else (1,):
-                steps = {c: _step_metrics(run(Case(machine=machine, network=net, phase="decode", context=c,
-                                                   batch=batch, dtype=dtype, max_positions=positions[net])))
-                         for c in contexts}
-                for n in lengths:
-                    rows.append({**common, "batch": batch, "length": n, **summed_decode(steps, n),
-                                 "sampled_contexts": sum(c < n for c in contexts)})
+                plan += [(machine, net, role, 1, n, Case(**common, phase="forward", seq_len=n)) for n in lengths]
+            else:
+                plan += [(machine, net, role, b, c, Case(**common, phase="decode", context=c, batch=b))
+                         for b in batches for c in contexts]
+    cases = [case for *_, case in plan]
+    results = run_many(cases) if run_many is not None else [(run or run_case)(case) for case in cases]
+    metrics: dict[tuple[str, str, str, int], dict[int, dict[str, float]]] = {}
+    for (machine, net, role, batch, at, _), result in zip(plan, results, strict=True):
+        metrics.setdefault((machine, net, role, batch), {})[at] = _step_metrics(result)
+    rows: list[dict[str, Any]] = []
+    for (machine, net, role, batch), steps in metrics.items():
+        common = {"machine": machine, "network": net, "role": role, "dtype": dtype, "batch": batch}
+        if role == "encoder":
+            rows += [{**common, "length": n, **steps[n], "sampled_contexts": None} for n in lengths]
+        else:
+            rows += [{**common, "length": n, **summed_decode(steps, n), "sampled_contexts": sum(c < n for c in contexts)}
+                     for n in lengths]
+    for machine in machines:
         mine = [r for r in rows if r["machine"] == machine]
         base = next(r for r in mine if r["network"] == networks[0][0] and r["batch"] == 1)["seconds"]
         for r in mine:
@@ -142,7 +152,10 @@ def gholami_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def gholami_data(options: Mapping[str, Any]) -> dict[str, Any]:
     """Figure 12's tables: the rows of :func:`gholami_table` (``options`` its keyword
     arguments) and their :func:`gholami_summary`."""
-    rows = gholami_table(**options)
+    from ..execute.pool import run_cases
+
+    extra = {} if "run" in options or "run_many" in options else {"run_many": run_cases}  # on worker processes
+    rows = gholami_table(**options, **extra)
     return {"rows": rows, "summary": gholami_summary(rows)}
 
 

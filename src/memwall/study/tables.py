@@ -345,9 +345,10 @@ BYTES_PER_TOKEN_PARTS = ("weights", "optimizer", "communication", "activations")
 
 def tricks_ladder() -> list[dict[str, Any]]:
     """Figure 14's ladders (:func:`memwall.study.tricks.tricks_table`)."""
+    from ..execute.pool import run_cases
     from .tricks import tricks_table
 
-    return tricks_table()
+    return tricks_table(run_many=run_cases)  # the ladders' cases on the sweep's worker processes
 
 
 def tricks_inputs() -> dict[str, Any]:

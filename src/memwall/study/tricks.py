@@ -59,21 +59,25 @@ def ladder(machine: str, network: str, start: Mapping[str, Any], tricks: Sequenc
 
 
 def tricks_table(cases: Sequence[tuple[str, str, Mapping[str, Any], tuple[str, ...]]] = TRICK_CASES,
-                 run: Callable[[Case], Mapping[str, Any]] = run_case) -> list[dict[str, Any]]:
+                 run: Callable[[Case], Mapping[str, Any]] = run_case,
+                 run_many: Callable[[list[Case]], Sequence[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """One row per step of each case's ladder: seconds per token (or example) on one device
     (a multi-device step's seconds times its devices over its global tokens) and the bytes
-    one device holds at its peak against its memory."""
+    one device holds at its peak against its memory. Every step is gathered first and run
+    by ``run_many`` (a sweep's worker processes), else one by one by ``run``."""
+    plan = [(machine, network, i, name, case) for machine, network, start, tricks in cases
+            for i, (name, case) in enumerate(ladder(machine, network, start, tricks))]
+    steps = [case for *_, case in plan]
+    results = run_many(steps) if run_many is not None else [run(case) for case in steps]
     out = []
-    for machine, network, start, tricks in cases:
-        for i, (name, case) in enumerate(ladder(machine, network, start, tricks)):
-            r = run(case)
-            step = r.get("global_step") or r.get("optimizer_step") or {}
-            devices = r.get("devices", 1)
-            tokens = step.get("tokens") or step.get("examples") or case.batch
-            out.append({"machine": machine, "network": network, "index": i, "trick": name,
-                        "case": case.as_dict(), "devices": devices,
-                        "seconds_per_token": r["seconds"] * devices / tokens,
-                        "device_bytes": r["ledger"]["peak"], "capacity": r["capacity"]["memory"],
-                        "fits": r["capacity"]["fits"],
-                        "bound": r["bound"], "mfu": r.get("mfu")})
+    for (machine, network, i, name, case), r in zip(plan, results, strict=True):
+        step = r.get("global_step") or r.get("optimizer_step") or {}
+        devices = r.get("devices", 1)
+        tokens = step.get("tokens") or step.get("examples") or case.batch
+        out.append({"machine": machine, "network": network, "index": i, "trick": name,
+                    "case": case.as_dict(), "devices": devices,
+                    "seconds_per_token": r["seconds"] * devices / tokens,
+                    "device_bytes": r["ledger"]["peak"], "capacity": r["capacity"]["memory"],
+                    "fits": r["capacity"]["fits"],
+                    "bound": r["bound"], "mfu": r.get("mfu")})
     return out
