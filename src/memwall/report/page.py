@@ -65,19 +65,24 @@ def _num(value: Any, fmt: str = ".3g") -> str:
     return _e(value)
 
 
+def _is_text(key: str) -> bool:
+    declared = column(key)
+    return key in TEXT_COLS or (declared is not None and declared.type == "text")
+
+
 def _table(rows: Sequence[Mapping[str, Any]], cols: Sequence[tuple[str, str]], table_id: str = "",
            sortable: bool = False) -> str:
     """An HTML table; ``sortable`` cells carry their raw value for the page's sort and filter,
     and its headers their column's key (the filter's ``column:text``)."""
-    head = "".join(f"<th{' class=' + chr(39) + 't' + chr(39) if k in TEXT_COLS else ''} data-key='{_e(k)}'>"
+    head = "".join(f"<th{' class=' + chr(39) + 't' + chr(39) if _is_text(k) else ''} data-key='{_e(k)}'>"
                    f"{_e(label)}</th>" for k, label in cols)
     body = []
     for r in rows:
         cells = []
         for k, _ in cols:
             v = r.get(k)
-            cls = " class='t'" if k in TEXT_COLS else ""
-            shown = _e(v) if k in TEXT_COLS else _cell(k, v)
+            cls = " class='t'" if _is_text(k) else ""
+            shown = _e(v) if _is_text(k) else _cell(k, v)
             raw = f" data-v='{_e('' if v is None else v)}'" if sortable else ""
             cells.append(f"<td{cls}{raw}>{shown}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -112,7 +117,7 @@ def results_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
         c = column(key)
         if c is None or not any(r.get(key) is not None for r in rows):
             continue
-        out.append((key, f"{c.label} ({c.unit})" if c.unit and c.unit not in ("tokens",) else c.label))
+        out.append((key, f"{c.label} ({c.unit})" if c.unit and c.unit not in ("tokens", c.label) else c.label))
     return out
 
 

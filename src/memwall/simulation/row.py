@@ -46,7 +46,7 @@ ROW: tuple[Column, ...] = (
     Column("error", "text", "", "error", "why the case failed"),
     Column("seconds", "number", "s", "time", "one step (one optimizer step with accumulation)"),
     Column("stall_fraction", "number", "", "stall", "stall cycles / total cycles"),
-    Column("fraction_of_peak", "number", "", "% peak", "achieved FLOP/s / datasheet peak"),
+    Column("fraction_of_peak", "number", "", "of peak", "achieved FLOP/s / datasheet peak"),
     Column("cups", "number", "CUPS", "CUPS", "connection updates per second (training only)"),
     Column("flops", "number", "FLOP", "FLOPs", "FLOPs per step"),
     Column("achieved_flops", "number", "FLOP/s", "FLOP/s", "FLOPs / seconds"),
@@ -67,7 +67,7 @@ ROW: tuple[Column, ...] = (
     Column("weights_on_chip", "flag", "", "weights on chip", "the weights fit in the largest on-chip level"),
     Column("seed_seconds", "number", "s", "seed time", "the seed model's estimate of the step"),
     Column("seed_memory_ratio", "number", "", "seed mem/arith", "the seed model's memory ratio"),
-    Column("seed_fraction_of_peak", "number", "", "seed % peak", "the seed model's fraction of peak"),
+    Column("seed_fraction_of_peak", "number", "", "seed of peak", "the seed model's fraction of peak"),
     Column("a", "number", "B", "a", "the seed's activation traffic a, B per d per token per layer"),
     Column("d_min", "number", "", "d_min", "the seed's pole d_min = a.beta/72"),
     # Multi-device rows only
