@@ -145,3 +145,35 @@ def test_several_devices_serve_every_replicas_tokens_and_say_the_rate_per_device
     assert s["tokens_per_second"] == pytest.approx(4 * s["tokens_per_second_per_device"], rel=1e-12)
     assert s["tokens_per_second"] == pytest.approx(2 * one["serving"]["tokens_per_second"], rel=1e-9)
     assert s["tokens_per_second"] == pytest.approx(2 * 4 / two.time.seconds, rel=1e-12)
+
+
+def test_crossover_takes_the_what_if_the_limit_and_gives_the_warnings(capsys):
+    base = ["inspect", "--machine", "h100-sxm", "--network", "llama3-8b", "--phase", "decode", "--context", "512",
+            "--crossover", "--json"]
+    import json
+
+    assert main(base) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert main([*base, "--set", "memory.bandwidth=1 TB/s"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["rows"][0]["seconds"] > 2 * fast["rows"][0]["seconds"]  # the what-if reached the runs
+    assert main([*base, "--max-lookups", "10"]) == 2
+    assert "--max-lookups" in capsys.readouterr().err
+    assert main(["inspect", "--machine", "v100-sxm2", "--network", "llama3-70b", "--phase", "decode", "--context",
+                 "512", "--crossover", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compute_bound_at_batch"] is None and not out["rows"][0]["fits"] and len(out["rows"]) == 1
+
+
+def test_inputs_that_used_to_raise_are_one_line_errors(capsys, tmp_path):
+    out = str(tmp_path / "out")
+    assert main(["sweep", "--machines", "cray-1", "--accumulate", "²", "--out", out]) == 2
+    assert "must be a whole number" in capsys.readouterr().err
+    assert main(["sweep", "--machines", "cray-1", "--executor", "dask", "--scheduler", "127.0.0.1",
+                 "--out", out]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
+    big = "1000000000000000000000"
+    assert main(["inspect", "--machine", "h100-sxm", "--gemm", f"{big},{big},{big}"]) == 2
+    assert "field 'gemm'" in capsys.readouterr().err
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--batch", str(10**17)]) == 2
+    assert "field 'batch'" in capsys.readouterr().err

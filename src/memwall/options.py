@@ -21,6 +21,7 @@ A new option is one entry here plus the stage that reads it.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any
@@ -133,7 +134,7 @@ def _whole(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):  # not '²', which isdigit() takes
         return int(value.strip())
     return None
 

@@ -122,10 +122,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _crossover(case: Case, args: argparse.Namespace) -> int:
+    from ..profiles import load_machine
     from ..simulation import run_case  # imported here: the simulation pulls in every stage
     from ..study.serving import decode_crossovers
 
-    out = decode_crossovers(case, run=lambda c: run_case(c, exact=args.exact, allow_fallback=args.allow_fallback))
+    machine = load_machine(args.machine, sets=parse_sets(args.sets)) if args.sets else None  # the what-if too
+    out = decode_crossovers(case, run=lambda c: run_case(c, machine=machine, exact=args.exact,
+                                                         max_lookups=args.max_lookups,
+                                                         allow_fallback=args.allow_fallback))
+    for warning in out["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print_json(out)
         return 0
@@ -135,7 +141,12 @@ def _crossover(case: Case, args: argparse.Namespace) -> int:
         print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10}  {r['bound']}"
               + ("" if r["fits"] else "  (does not fit)"))
     cb = out["compute_bound_at_batch"]
-    print("compute-bound from batch " + str(cb) if cb else "never compute-bound before the batch stops fitting")
+    if cb:
+        print(f"compute-bound from batch {cb}")
+    elif out["rows"] and not out["rows"][0]["fits"]:
+        print("does not fit at batch 1: no batch to be compute-bound at")
+    else:
+        print("never compute-bound before the batch stops fitting")
     print(f"KV cache reads overtake weight reads ({format_bytes(out['weights_read_per_step'])} a step) at batch "
           f"{out['kv_overtakes_weights_at_batch']} ({format_bytes(out['kv_cache_read_per_sequence'])} a sequence)")
     return 0

@@ -35,6 +35,18 @@ def scheduler_is_local(address: str) -> bool:
         return False
 
 
+def check_scheduler_address(address: str) -> None:
+    """An InputError naming ``--scheduler`` unless ``address`` is [PROTOCOL://]HOST:PORT with a
+    port from 1 to 65535 (Dask would otherwise fail deep inside with a traceback)."""
+    rest = address.strip().split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if rest.startswith("[") and "]" in rest:  # [::1]:8786
+        host, sep, port = rest[: rest.find("]") + 1], ":", rest[rest.find("]") + 2:]
+    if not sep or not host or not port.isdecimal() or not port.isascii() or not 1 <= int(port) <= 65535:
+        raise InputError(f"--scheduler takes HOST:PORT (e.g. tcp://127.0.0.1:8786), got {address!r}",
+                         field="scheduler")
+
+
 def run_dask(feeder: Feeder, runner: Runner | None, jobs: int, scheduler: str | None,
              finish: Callable[[Case, Mapping[str, Any]], None]) -> None:
     import logging

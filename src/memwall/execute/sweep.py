@@ -29,7 +29,7 @@ from ..simulation.checks import validate
 from ..simulation.plan import ENGINE_RATE, duration
 from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
-from .dask import run_dask, scheduler_is_local
+from .dask import check_scheduler_address, run_dask, scheduler_is_local
 from .feeder import Feeder
 from .pool import default_jobs, run_here, run_local
 from .store import Store, atomic_write, write_tables
@@ -114,6 +114,8 @@ def check_executor(executor: str, jobs: int | None, scheduler: str | None,
         raise InputError("--scheduler needs --executor dask", field="scheduler")
     if scheduler is not None and not scheduler.strip():
         raise InputError("--scheduler is empty (give HOST:PORT, e.g. tcp://127.0.0.1:8786)", field="scheduler")
+    if scheduler:
+        check_scheduler_address(scheduler)
     if scheduler and not allow_remote and not scheduler_is_local(scheduler):
         raise InputError(
             f"'{scheduler}' is not on this machine's loopback address; joining a Dask scheduler means "

@@ -22,9 +22,29 @@ def build_case_step(case: Case) -> Step:
         raise InputError("a case names exactly one of a network and a GEMM", field="network")
     if case.gemm is not None:
         m, n, k = case.gemm
-        return gemm_step(m, n, k, case.dtype or "fp32")
-    network = case_network(case)
-    return build_step(network, case_config(case, network))
+        step = gemm_step(m, n, k, case.dtype or "fp32")
+    else:
+        network = case_network(case)
+        step = build_step(network, case_config(case, network))
+    return _addressable(step, case)
+
+
+# A step's data must fit in a 64-bit address space with room for its strides (the engine
+# takes addresses and strides below 2^63): refused here, naming what the person gave,
+# rather than by the access whose strides overflow.
+MAX_STEP_BYTES = 1 << 62
+
+
+def _addressable(step: Step, case: Case) -> Step:
+    peak = step.ledger.peak
+    if peak <= MAX_STEP_BYTES:
+        return step
+    if case.gemm is not None:
+        what, field = "--gemm " + ",".join(map(str, case.gemm)), "gemm"
+    else:
+        what, field = f"network {case.network} at --batch {case.batch}", "batch"
+    raise InputError(f"{what} needs {peak:.3g} bytes of operands at its peak, beyond the 2^62 bytes a 64-bit "
+                     "machine can address with room for its strides", field=field)
 
 
 def case_network(case: Case) -> Network:

@@ -6,7 +6,8 @@ with batch x context. So, on one machine at one context:
 
 * the compute-bound batch is found by simulation: the batch doubles from 1 until the
   step's bound is ``compute``, or until the batch no longer fits in memory (then it is
-  None: decode stays memory-bound at this context on this machine);
+  None: decode stays memory-bound at this context on this machine, or does not fit at
+  batch 1); the runs' warnings come with the answer;
 * the batch where cache reads overtake weight reads follows from the step itself: the
   bytes of the cache that attention reads a sequence, against the weight bytes the
   products read (both per step, from the declared kernels; no cache effects).
@@ -45,17 +46,21 @@ def decode_crossovers(case: Case, *, run: Callable[[Case], Mapping[str, Any]] = 
     weight_bytes, cache_bytes = reads.get("weights", 0), reads.get("kv_cache", 0)
     takeover = -(-weight_bytes // cache_bytes) if cache_bytes else None
     rows = []
+    warnings: dict[str, None] = {}
     compute_batch = None
     batch = 1
     while batch <= max_batch:
         r = run(replace(case, batch=batch))
         sv = r["serving"]
+        fits = r["capacity"]["fits"]
         rows.append({"batch": batch, "bound": r["bound"], "seconds": r["seconds"],
-                     "tokens_per_second": sv["tokens_per_second"], "fits": r["capacity"]["fits"]})
+                     "tokens_per_second": sv["tokens_per_second"], "fits": fits})
+        # a batch that does not fit ends the doubling, and is no answer: its memory is not there
+        warnings.update(dict.fromkeys(w for w in r.get("warnings", ()) if fits or "at its peak" not in w))
+        if not fits:
+            break
         if r["bound"] == "compute":
             compute_batch = batch
-            break
-        if not r["capacity"]["fits"]:
             break
         batch *= 2
     return {
@@ -67,4 +72,5 @@ def decode_crossovers(case: Case, *, run: Callable[[Case], Mapping[str, Any]] = 
         "kv_overtakes_weights_at_batch": takeover,
         "compute_bound_at_batch": compute_batch,
         "rows": rows,
+        "warnings": list(warnings),
     }
