@@ -111,3 +111,27 @@ def test_unknown_machine_exit_2(files, capsys):
     _, path, _ = files
     assert main(["replay", str(path), "--machine", "no-such-machine"]) == 2
     assert "no-such-machine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["din", "din.gz", "npz"])
+def test_a_trace_streams_from_a_pipe(tmp_path, kind):
+    """A trace read from a pipe (no seeking): din as text, gzipped, and an npz (a zip, which
+    needs seeking, goes through a temporary file)."""
+    import gzip as gz
+    import subprocess
+    import sys
+
+    text = b"0 1000 4\n1 2000 4\n"
+    if kind == "npz":
+        np.savez(tmp_path / "t.npz", addr=np.array([0x1000, 0x2000], dtype=np.uint64),
+                 size=np.array([4, 4], dtype=np.uint32), is_write=np.array([0, 1], dtype=np.uint8))
+        data = (tmp_path / "t.npz").read_bytes()
+    else:
+        data = gz.compress(text) if kind.endswith(".gz") else text
+    fmt = kind.split(".")[0]
+    done = subprocess.run([sys.executable, "-m", "memwall", "replay", "/dev/stdin", "--format", fmt, "--machine",
+                           "vax-11-780", "--json"], input=data, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()
+    out = json.loads(done.stdout)
+    assert out["accesses"] == 2 and out["memory"]["writes"] == 1

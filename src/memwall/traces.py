@@ -69,8 +69,7 @@ def _open_binary(path: Path) -> IO[bytes]:
         raise InputError("no such file", file=str(path)) from None
     except OSError as err:
         raise InputError(f"cannot read: {err}", file=str(path)) from None
-    magic = raw.read(2)
-    raw.seek(0)
+    magic = raw.peek(2)[:2]  # peeked, not read and sought back: a pipe cannot seek
     if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw
@@ -273,8 +272,8 @@ def _read_npz(path: Path, chunk: int) -> Iterator[Chunk]:
     name = str(path)
     stream = _open_binary(path)
     try:
-        if isinstance(stream, gzip.GzipFile):
-            # zip needs to seek: decompress to a temporary file, never into memory
+        if isinstance(stream, gzip.GzipFile) or not stream.seekable():
+            # zip needs to seek: a gzipped npz or one from a pipe goes to a temporary file, never into memory
             tmp = tempfile.TemporaryFile()
             try:
                 shutil.copyfileobj(stream, tmp, 1 << 20)
