@@ -45,12 +45,18 @@ class Feeder:
         A case whose replay another case in flight is computing waits for it, so the
         replay is stored before the case asks for it and runs once."""
         busy = set(self.replaying.values())
-        for i, case in enumerate(self.waiting):
+        i = 0
+        # A loop, not a recursion: a folder another sweep has nearly finished hands back
+        # thousands of stored cases in one call.
+        while i < len(self.waiting):
+            case = self.waiting[i]
             if self.replay_keys.get(case) in busy:
+                i += 1
                 continue
             key = self.keys[case]
             if not self.store.claim(key):
                 self.others.add(case)
+                i += 1
                 continue
             rec = self.store.get(key)
             if rec is not None and (rec.get("status") == "ok" or case in self.others):
@@ -59,7 +65,7 @@ class Feeder:
                 self.shared += 1
                 if self.on_shared is not None:
                     self.on_shared()
-                return self.take()
+                continue
             del self.waiting[i]
             if case in self.replay_keys:
                 self.replaying[case] = self.replay_keys[case]

@@ -13,7 +13,20 @@ business (:func:`memwall.simulation.row.case_key`); the store only trusts it.
 Damage. A record that cannot be read (not UTF-8, not JSON, a folder in its place), has
 the wrong shape (no ``row``, another key) or fails its checksum (edited by hand) is
 never used: it is reported once through ``on_damaged``, moved to ``DIR/cases/quarantine/``
-and treated as missing, so the case is computed again.
+and treated as missing, so the case is computed again. Where the quarantine is not a
+folder of the store's own (a link, a file of that name), the damaged entry is left where
+it is, ignored until a record is written over it.
+
+Hostile folders. Two sweeps may share a folder and keys are predictable, so the store
+follows no link: it reads only what ``lstat`` calls a regular file of at most
+:data:`MAX_RECORD_BYTES`, opened with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a FIFO
+cannot hold it), and anything else in a record's place (a link, a FIFO, a device, a
+sparse file of gigabytes) is damaged. Writes go to a new temp file and are renamed into
+place, which replaces a planted link rather than writing through it; a claim file is
+opened with ``O_NOFOLLOW`` and something else in its place is removed first. Temp files
+a killed writer left (``.<name>.<8 characters>.tmp``, the only names the store creates
+besides records and claims) are removed by the next run (:meth:`Store.clean_temps`) once
+no writer holds them.
 
 Claims. Two sweeps may share a folder: before running a case a sweep takes its claim,
 an exclusive ``flock`` on ``DIR/cases/<key>.claim``, held until the record is written.
@@ -25,14 +38,18 @@ succeed and two sweeps sharing a folder may compute a case twice.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
 import math
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -50,10 +67,121 @@ REPLAYS_DIR = "replays"
 QUARANTINE_DIR = "quarantine"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
+MACHINES_JSON = "machines.json"
+
+MAX_RECORD_BYTES = 16 * 2**20  # bytes; a record is kilobytes, a stored replay tens of them
+MAX_TABLE_BYTES = 2**30  # bytes; results.json of the era sweep is about a megabyte
+TEMP_AGE = 60.0  # seconds; an unlocked temp file this old is a killed writer's
+# What _atomic_write's mkstemp makes of FINAL: ".FINAL." + 8 of [a-z0-9_] + ".tmp".
+_TEMP_NAME = re.compile(r"\.(?P<final>[^/]+)\.[a-z0-9_]{8}\.tmp\Z")
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def _warn(message: str) -> None:
     print(f"memwall: warning: {message}", file=sys.stderr)
+
+
+class Unsafe(Exception):
+    """A path the store will not read or use: a link, not a regular file, or too large.
+    ``kind``: what stands there (:func:`_kind`), or "too large"."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def read_regular(path: str | os.PathLike[str], limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (no link followed) of at most ``limit``
+    bytes; :class:`Unsafe` naming what stands there otherwise, FileNotFoundError if nothing.
+
+    ``lstat`` first, so a FIFO or a device is never opened; then ``O_NOFOLLOW`` and
+    ``O_NONBLOCK`` and ``fstat`` on what was opened, so a swap between the two is caught;
+    then at most ``limit + 1`` bytes are read, so a file that grows is not read forever."""
+    def refuse(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            kind = _kind(st.st_mode)
+            raise Unsafe(kind, f"{kind}, not a regular file")
+        if st.st_size > limit:
+            raise Unsafe("too large", f"{_size(st.st_size)}, more than the {_size(limit)} such a file can be")
+
+    refuse(os.lstat(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise Unsafe("a symbolic link", "a symbolic link, not a regular file") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        refuse(os.fstat(fd))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise Unsafe("too large", f"more than the {_size(limit)} such a file can be")
+    return data
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of the folder ``path`` itself, never of a link's target (OSError otherwise)."""
+    return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], finals: Callable[[str], bool],
+                       age: float = TEMP_AGE) -> list[str]:
+    """Remove the temp files :func:`atomic_write` left in ``folder`` for files whose names
+    ``finals`` accepts (a kill between the temp file and its rename); the names removed.
+
+    Only regular files named as ``mkstemp`` names the store's temp files, unchanged for
+    ``age`` seconds and locked by no writer (a writer holds an exclusive ``flock`` on its
+    temp file until it is renamed), are removed; a link is never followed or removed."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or not finals(match["final"]):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < age:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a writer holds it
+            if os.fstat(fd).st_ino == st.st_ino and os.lstat(entry.path).st_ino == st.st_ino:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 class Store:
@@ -70,6 +198,7 @@ class Store:
         self.on_damaged = on_damaged
         self.damaged: list[tuple[str, str]] = []  # (key, reason), in the order found
         self._claims: dict[str, IO[bytes]] = {}
+        self._ignored: dict[str, tuple[int, int, int] | None] = {}  # key -> the damaged entry left in place
 
     def path(self, key: str) -> Path:
         return self.cases / f"{key}.json"
@@ -81,11 +210,12 @@ class Store:
         """The stored record for ``key``; None if absent or damaged (then moved aside)."""
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except FileNotFoundError:
             return None
-        except IsADirectoryError:
-            return self._damaged(key, "a folder stands where the record should be")
+        except Unsafe as err:
+            return self._damaged(key, "a folder stands where the record should be" if err.kind == "a folder"
+                                 else str(err))
         except OSError as err:
             return self._damaged(key, f"cannot be read ({err.strerror or err})")
         try:
@@ -99,24 +229,60 @@ class Store:
 
     def _damaged(self, key: str, reason: str) -> None:
         path = self.path(key)
-        self.quarantine.mkdir(parents=True, exist_ok=True)
-        target = self.quarantine / path.name
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.quarantine / f"{key}.{n}.json"
         try:
-            os.replace(path, target)
-            where = f"moved to {target}"
+            st = os.lstat(path)
         except FileNotFoundError:  # another sweep sharing the folder moved it first
             return None
         except OSError:
-            shutil.rmtree(path, ignore_errors=True)
-            where = "removed"
+            st = None
+        mark = None if st is None else (st.st_dev, st.st_ino, st.st_mtime_ns)
+        if mark is not None and self._ignored.get(key) == mark:
+            return None  # reported already, and still in place: nothing new to say
+        where = self._set_aside(key, path)
+        if where is None:
+            return None
+        if where.startswith("left"):
+            self._ignored[key] = mark
         self.damaged.append((key, reason))
         if self.on_damaged is not None:
             self.on_damaged(f"stored case {path}: {reason}; {where}, the case is computed again")
         return None
+
+    def _set_aside(self, key: str, path: Path) -> str | None:
+        """Move the damaged entry at ``path`` into the quarantine; what became of it, or None
+        if it was gone already. The quarantine is used only if it is a folder itself (opened
+        with ``O_NOFOLLOW``), and the entry is renamed (never followed) into it by descriptor,
+        so a link planted as the quarantine, or swapped in meanwhile, moves nothing out."""
+        try:
+            os.mkdir(self.quarantine)
+        except OSError:  # there already (a folder, or what _open_dir refuses), or cannot be made
+            pass
+        try:
+            qfd = _open_dir(self.quarantine)
+        except OSError:
+            try:
+                what = _kind(os.lstat(self.quarantine).st_mode)
+            except OSError:
+                what = "not usable"
+            return _drop(path, f"{self.quarantine} is {what}, not a folder")
+        try:
+            name, n = path.name, 1
+            while True:
+                try:
+                    os.lstat(name, dir_fd=qfd)
+                except FileNotFoundError:
+                    break
+                n += 1
+                name = f"{key}.{n}.json"
+            try:
+                os.replace(path, name, dst_dir_fd=qfd)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                return _drop(path, f"cannot be moved: {err.strerror or err}")
+            return f"moved to {self.quarantine / name}"
+        finally:
+            os.close(qfd)
 
     def put(self, record: Mapping[str, Any]) -> Path:
         """Write one record, with its checksum, atomically: temp file, fsync, rename."""
@@ -129,6 +295,13 @@ class Store:
         # has its key), so the record is encoded once.
         _atomic_write(final, f'{{"checksum":"{digest}",{text[1:]}\n', durable=self.durable)
         return final
+
+    def clean_temps(self) -> list[str]:
+        """Remove the temp files killed writers left in the cases folder and beside the
+        results tables (:func:`remove_stale_temps`); the names removed."""
+        removed = remove_stale_temps(self.cases, lambda final: final.endswith(".json"))
+        tables = {RESULTS_CSV, RESULTS_JSON, MACHINES_JSON}
+        return removed + remove_stale_temps(self.root, tables.__contains__)
 
     def keys(self) -> list[str]:
         if not self.cases.is_dir():
@@ -147,26 +320,61 @@ class Store:
             return True
         self.cases.mkdir(parents=True, exist_ok=True)
         path = self.cases / f"{key}.claim"
-        while True:
-            handle = open(path, "ab+")  # noqa: SIM115 - held open while the claim lasts
+        for _ in range(100):
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o666)
+            except OSError as err:
+                if err.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP):
+                    raise
+                self._clear(path)
+                continue
+            st = os.fstat(fd)
+            # A FIFO opened read-write does not block; a hard link would let the pid below
+            # overwrite another name's file: both are removed (the name only) and replaced.
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                os.close(fd)
+                self._clear(path)
+                continue
+            handle = os.fdopen(fd, "r+b", buffering=0)  # held open while the claim lasts
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 handle.close()
                 return False
             # The holder before us may have unlinked the file between our open and lock:
             # then we locked a file nobody else sees, and must lock the one at the path.
             try:
-                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+                ours, there = os.fstat(fd), os.lstat(path)
+                same = (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino)
             except FileNotFoundError:
                 same = False
             if same:
-                handle.truncate(0)
-                handle.write(f"{os.getpid()}\n".encode())
-                handle.flush()
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
                 self._claims[key] = handle
                 return True
             handle.close()
+        raise OSError(errno.EAGAIN, f"cannot take the claim {path}: something keeps replacing it")
+
+    def _clear(self, path: Path) -> None:
+        """Remove what stands at a claim's path and is no claim file: a link (never followed),
+        a FIFO, a socket, a device node, an empty folder; one warning line."""
+        from ..errors import InputError
+
+        try:
+            st = os.lstat(path)
+            what = _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} names"
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise InputError(f"{what} stands where a sweep's claim file goes and cannot be removed "
+                             f"({err.strerror or err}); remove it", file=str(path)) from None
+        if self.on_damaged is not None:
+            self.on_damaged(f"{path}: {what} stood where a claim file goes; removed")
 
     def release(self, key: str) -> None:
         """Give up the claim on ``key`` (after its record is written, or on the way out)."""
@@ -185,6 +393,21 @@ class Store:
 
     def claimed(self) -> list[str]:
         return sorted(self._claims)
+
+
+def _drop(path: Path, why: str) -> str:
+    """What becomes of a damaged entry that cannot be quarantined: a folder (no record can be
+    renamed over one) is removed, never through a link; anything else is left for the next
+    record to replace, and ignored until then."""
+    try:
+        folder = stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        folder = False
+    if folder:
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return f"removed ({why})"
+    return f"left in place ({why})"
 
 
 def checksum(record: Mapping[str, Any], encode: Callable[[Any], str] | None = None) -> str:
@@ -250,8 +473,12 @@ def _file_mode() -> int:
 
 
 def _atomic_write(final: Path, text: str, durable: bool = True) -> None:
+    # mkstemp creates the temp file (O_EXCL: never through a link) and the rename replaces
+    # whatever stands at ``final`` (a planted link included) rather than writing through it.
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
     try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held until renamed: remove_stale_temps leaves it
         if hasattr(os, "fchmod"):
             os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
@@ -259,9 +486,10 @@ def _atomic_write(final: Path, text: str, durable: bool = True) -> None:
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        os.replace(tmp, final)
+            os.replace(tmp, final)
     except BaseException:
-        # A kill between mkstemp and replace leaves only a dot-file the glob skips.
+        # A kill between mkstemp and replace leaves only a dot-file the glob skips, and the
+        # next run removes (Store.clean_temps).
         try:
             os.unlink(tmp)
         except FileNotFoundError:
@@ -332,11 +560,13 @@ def read_rows(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     path = Path(root) / RESULTS_JSON
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(read_regular(path, MAX_TABLE_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"no {RESULTS_JSON}; run `memwall sweep --out {root}` first", file=str(root)) from None
-    except IsADirectoryError:
-        raise InputError("a folder, not the sweep's results table", file=str(path)) from None
+    except Unsafe as err:
+        if err.kind == "a folder":
+            raise InputError("a folder, not the sweep's results table", file=str(path)) from None
+        raise InputError(f"{err}: not a results table a sweep wrote", file=str(path)) from None
     except OSError as err:
         raise InputError(f"cannot be read: {err.strerror or err}", file=str(path)) from None
     except UnicodeDecodeError:

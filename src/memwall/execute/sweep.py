@@ -32,7 +32,16 @@ from ..study.identity import load_machine_spec, machine_info
 from .dask import check_scheduler_address, run_dask, scheduler_is_local
 from .feeder import Feeder
 from .pool import default_jobs, run_here, run_local
-from .store import Store, atomic_write, write_tables
+from .store import (
+    MACHINES_JSON,
+    MAX_TABLE_BYTES,
+    ReplayStore,
+    Store,
+    Unsafe,
+    atomic_write,
+    read_regular,
+    write_tables,
+)
 from .worker import Runner, default_runner, process_prepared
 
 if TYPE_CHECKING:
@@ -132,10 +141,14 @@ def check_executor(executor: str, jobs: int | None, scheduler: str | None,
 def check_out_dir(out: str | os.PathLike[str]) -> Path:
     """The sweep folder, checked before any work: it can be created and written to."""
     from ..paths import writable_dir
-    from .store import CASES_DIR, RESULTS_CSV, RESULTS_JSON
+    from .store import CASES_DIR, REPLAYS_DIR, RESULTS_CSV, RESULTS_JSON
 
     folder = writable_dir(out, field="--out")
     cases = folder / CASES_DIR
+    for own in (cases, folder / REPLAYS_DIR, folder / REPLAYS_DIR / CASES_DIR):
+        if own.is_symlink():  # the store follows no link: records and claims stay in the sweep folder
+            raise InputError(f"{own} is a symbolic link, not a folder: a sweep keeps its records in "
+                             f"{folder} itself", field="--out")
     if cases.exists() and not cases.is_dir():
         raise InputError(f"{cases} is not a folder: {folder} is not a sweep folder", field="--out")
     if cases.is_dir():
@@ -178,6 +191,8 @@ def run_sweep(
     cases = list(dict.fromkeys(cases))  # each case once, in order
     jobs = jobs or default_jobs()
     store = Store(out)
+    store.clean_temps()  # what a writer killed mid-write left, here or in the replay cache
+    ReplayStore(out).store.clean_temps()
     keys = {case: case_key(case) for case in cases}
     todo = []
     for case in cases:
@@ -244,9 +259,6 @@ def run_sweep(
                        damaged=list(store.damaged), shared=feeder.shared)
 
 
-MACHINES_JSON = "machines.json"
-
-
 def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
     """Each machine's roofs, for the report's roofline: peak FLOP/s per dtype (and the
     products' measured ceilings where the profile states them), main-memory
@@ -274,8 +286,8 @@ def write_machine_roofs(out: str | os.PathLike[str], specs: Iterable[str]) -> Pa
 def read_machine_roofs(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The roofs a sweep stored (empty if it stored none)."""
     try:
-        return list(json.loads((Path(out) / MACHINES_JSON).read_text(encoding="utf-8"))["machines"])
-    except (FileNotFoundError, ValueError, KeyError):
+        return list(json.loads(read_regular(Path(out) / MACHINES_JSON, MAX_TABLE_BYTES).decode("utf-8"))["machines"])
+    except (OSError, Unsafe, ValueError, KeyError, TypeError):
         return []
 
 
