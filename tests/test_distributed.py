@@ -102,3 +102,46 @@ def test_sweep_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
     assert len(rows) == len(cases) and all(r["status"] == "ok" for r in rows)  # no case lost
     assert rows == local.rows
     assert (out / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
+
+
+def test_a_scheduler_that_accepts_and_never_answers_is_one_line_naming_it(tmp_path, capsys):
+    """Dask's own client waits past its timeout on such a port; the sweep gives up after
+    --scheduler-timeout seconds, naming --scheduler."""
+    import socket
+
+    from memwall.cli import main
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        assert main(["sweep", "--machines", "vax-11-780", "--networks", "nettalk", "--executor", "dask",
+                     "--scheduler", address, "--scheduler-timeout", "1", "--no-progress", "--no-figures",
+                     "--out", str(tmp_path / "out")]) == 2
+    assert time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert "did not answer within 1 s" in err and "--scheduler" in err
+
+
+def test_a_cluster_without_workers_is_said_while_waiting_and_then_stops_the_sweep(tmp_path, capsys, monkeypatch):
+    import logging
+
+    from dask.distributed import LocalCluster
+
+    from memwall.errors import InputError
+    from memwall.execute import dask as mdask
+    from memwall.simulation import Case
+
+    monkeypatch.setattr(mdask, "STALL_SECONDS", 3.0)
+    monkeypatch.setattr(mdask, "NOTE_SECONDS", 1.0)
+    cluster = LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    try:
+        with pytest.raises(InputError, match="no live Dask worker") as err:
+            sw.run_sweep([Case("vax-11-780", "nettalk")], tmp_path / "out", executor="dask",
+                         scheduler=cluster.scheduler_address, progress=False)
+        assert err.value.field == "scheduler"
+    finally:
+        cluster.close()
+    assert "waiting on" in capsys.readouterr().err

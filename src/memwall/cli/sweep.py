@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "results) with it and with every worker it has: only join one you trust. "
                         "Loopback addresses (127.0.0.1, localhost, ::1) are accepted; any other "
                         "needs --allow-remote-scheduler")
+    p.add_argument("--scheduler-timeout", type=_seconds, default=None, metavar="S",
+                   help="seconds a --scheduler has to answer before the sweep stops with one line (default 10)")
     p.add_argument("--allow-remote-scheduler", action="store_true",
                    help="allow a --scheduler that is not on this machine's loopback address")
     p.add_argument("--max-lookups", type=_count, default=None, metavar="N",
@@ -58,6 +60,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "one-device measurements only (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e6:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, got {text!r}")
+    return value
 
 
 def build_cases(args: argparse.Namespace) -> Combined:
@@ -100,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                           allow_remote_scheduler=args.allow_remote_scheduler,
                           max_lookups=args.max_lookups, allow_fallback=args.allow_fallback,
+                          scheduler_timeout=args.scheduler_timeout,
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
     shared = f", {result.shared} computed by another sweep in the same folder" if result.shared else ""

@@ -29,7 +29,7 @@ from ..simulation.checks import validate
 from ..simulation.plan import ENGINE_RATE, duration
 from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
-from .dask import check_scheduler_address, run_dask, scheduler_is_local
+from .dask import SCHEDULER_TIMEOUT, check_scheduler_address, run_dask, scheduler_is_local
 from .feeder import Feeder
 from .pool import default_jobs, run_here, run_local
 from .store import (
@@ -171,6 +171,7 @@ def run_sweep(
     progress: bool = True,
     max_lookups: int | None = None,
     allow_fallback: bool = False,
+    scheduler_timeout: float | None = None,
 ) -> SweepResult:
     """Run every case not already stored under ``out``; rebuild the results tables.
 
@@ -239,7 +240,8 @@ def run_sweep(
             finish(case, {"error": reason})
         if todo:
             if executor == "dask":
-                run_dask(feeder, runner, jobs, scheduler, finish)
+                run_dask(feeder, runner, jobs, scheduler, finish,
+                         scheduler_timeout=scheduler_timeout or SCHEDULER_TIMEOUT)
             elif jobs == 1 or len(todo) == 1:
                 run_here(feeder, runner, finish)
             else:
