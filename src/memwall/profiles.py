@@ -12,12 +12,15 @@ finite or out of range, a figure without its provenance, a level whose size is n
 x ways x line, an unknown policy, timing model or schedule family, a missing base or a
 cycle of bases. :func:`validate_paths` reports every problem of every file, not only
 the first; :func:`check_file` adds the warnings (figures that are legal but implausible).
+``--set`` figures (:func:`load_machine`'s ``sets``) pass the same checks, and a problem of
+one names ``--set FIELD``, not the profile's file and line.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -762,6 +765,27 @@ def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problem
 WHAT_IF_SOURCE = "what_if"
 
 
+def _blame_sets(problems: Problems, sets: Mapping[str, str]) -> None:
+    """Put each problem of a ``--set`` field on the command line: ``--set FIELD: reason``,
+    with no file or line (the installed profile is not at fault), before the profile's
+    own problems; those say the what-if was applied, since a set clock moves every figure
+    given per cycle."""
+    ours: list[InputError] = []
+    theirs: list[InputError] = []
+    for err in problems.errors:
+        dotted = re.sub(r"\[([^\]]*)\]", r".\1", err.field or "")  # level[L2].bandwidth: level.L2.bandwidth
+        # the field set, a part of it (a figure's value), or a table the set made (an unknown one)
+        key = next((k for k in sets if dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + ".")),
+                   None)
+        if key is None:
+            theirs.append(InputError(f"{err.reason} (with --set {', '.join(sets)})", file=err.file, line=err.line,
+                                     field=err.field))
+        else:
+            reason = err.reason if err.reason.startswith(f"--set {key}") else f"--set {key}: {err.reason}"
+            ours.append(InputError(reason))
+    problems.errors[:] = ours + theirs
+
+
 def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None,
            files: list[Path] | None = None) -> Machine | None:
     chain = _read_chain(path, problems, files)
@@ -776,6 +800,8 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     _check_schedule(values, levels, problems)
     primary = _primary_dtype(values, problems)
     _check_provenance(problems, values.get("sources", {}))
+    if sets:
+        _blame_sets(problems, sets)
     if problems.errors:
         return None
     timing, schedule = values["timing"], values["schedule"]
@@ -805,9 +831,7 @@ def plausibility(m: Machine, problems: Problems) -> None:
     lo, hi = PLAUSIBLE["clock"]
     if not lo <= m.clock_hz <= hi:
         problems.add(f"clock {m.clock_hz:g} Hz is outside {lo:g} .. {hi:g} Hz", "clock", warning=True)
-    figures = [("memory.bandwidth", "bandwidth", m.memory.bandwidth), ("memory.latency", "latency", m.memory.latency)]
-    figures += [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels for key in ("bandwidth", "latency")]
-    for where, key, value in figures:
+    for where, key, value in _plausible_figures(m)[1:]:
         lo, hi = PLAUSIBLE[key]
         if value is not None and not lo <= value <= hi:
             problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
@@ -819,6 +843,36 @@ def plausibility(m: Machine, problems: Problems) -> None:
         if below is not None and lv.size > below.size:
             problems.add(f"level '{lv.name}' ({lv.size} B) is larger than the cache below it, '{below.name}' "
                          f"({below.size} B)", f"level[{lv.name}].size", warning=True)
+
+
+def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
+    """(field, kind of figure, value in SI units) of each figure :data:`PLAUSIBLE` bounds, the clock first."""
+    figures = [("clock", "clock", m.clock_hz), ("memory.bandwidth", "bandwidth", m.memory.bandwidth),
+               ("memory.latency", "latency", m.memory.latency)]
+    return figures + [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels
+                      for key in ("bandwidth", "latency")]
+
+
+_SI = {"clock": "Hz", "bandwidth": "B/s", "latency": "s"}
+
+
+def implausible_figures(m: Machine) -> list[tuple[str, str, str]]:
+    """(field, ``'memory.bandwidth 1e-20 B/s'``, ``'1000 .. 1e+17 B/s'``) of each figure
+    outside its plausible range (:data:`PLAUSIBLE`): legal, but no machine's; a shipped
+    profile has none."""
+    return [(where, f"{where} {value:g} {_SI[key]}", f"{PLAUSIBLE[key][0]:g} .. {PLAUSIBLE[key][1]:g} {_SI[key]}")
+            for where, key, value in _plausible_figures(m)
+            if value is not None and not PLAUSIBLE[key][0] <= value <= PLAUSIBLE[key][1]]
+
+
+def suspect_figures(m: Machine) -> list[str]:
+    """The figures to blame for a result that is not finite: each outside its plausible
+    range, then each changed by ``--set`` (``'memory.bandwidth 1e-300 B/s'``)."""
+    implausible = implausible_figures(m)
+    named = {where for where, _, _ in implausible}
+    return [shown for _, shown, _ in implausible] + [
+        f"{where} (set by --set to {fig.value!r})" for where, fig in m.provenance.items()
+        if "--set" in f"{fig.note} {fig.derivation}" and where not in named]
 
 
 def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list[InputError]]:

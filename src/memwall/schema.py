@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .units import SMALLEST
 
 # Version of the JSON documents the CLI prints (``"schema_version"`` in each). Raise it
 # when a key is renamed or removed or changes meaning; adding a key keeps it.
@@ -434,6 +435,8 @@ def _bounds(f: Field, value: Any, raw: Any) -> None:
         raise InputError(f"must be at least {_bound(f.minimum)}, got {value!r}")
     if f.above is not None and value <= f.above:
         raise InputError(f"must be {'positive' if f.above == 0 else f'above {f.above:g}'}, got {value!r}")
+    if f.above == 0 and value < SMALLEST:  # a subnormal divisor: the step's numbers would not be finite
+        raise InputError(f"must be at least {SMALLEST:g} (a positive figure no machine goes below), got {value!r}")
     if f.maximum is not None and value > f.maximum:
         raise InputError(f"must be at most {_bound(f.maximum)}, got {value!r}")
 

@@ -51,9 +51,28 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return value, (m.group("unit") or "").strip()
 
 
+# No machine's rate, clock or time comes near these (in SI units: B/s, FLOP/s, Hz, s). A
+# figure beyond them is a slip, not a machine, and it makes the step's numbers stop being
+# numbers: a subnormal clock gives zero cycles for a real step, a subnormal bandwidth an
+# infinite time. Refused as impossible; `memwall machines validate` warns long before
+# them, at the era bounds of memwall.profiles.PLAUSIBLE.
+SMALLEST = 1e-30
+LARGEST = 1e30
+
+
 def _positive(value: float, text: object, what: str, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise InputError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {text!r}")
+
+
+def _possible(value: float, text: object, what: str, unit: str, allow_zero: bool = False) -> None:
+    """A rate, clock or time: positive (or zero, if allowed) and within what a machine can have."""
+    _positive(value, text, what, allow_zero)
+    if not math.isfinite(value):
+        raise InputError(f"{text!r} overflows to infinity")
+    if value != 0 and not SMALLEST <= value <= LARGEST:
+        raise InputError(f"{what} must be within {SMALLEST:g} .. {LARGEST:g} {unit} (no machine is beyond, and "
+                         f"the step's numbers would not be finite), got {text!r}")
 
 
 def _byte_multiplier(unit: str, original: str) -> float:
@@ -100,7 +119,7 @@ def parse_frequency(value: str) -> float:
     if not unit.endswith("Hz") or unit[:-2] not in DECIMAL_PREFIXES:
         raise InputError(f"{value!r}: a frequency needs a unit Hz, kHz, MHz or GHz")
     hz = number * DECIMAL_PREFIXES[unit[:-2]]
-    _positive(hz, value, "a frequency")
+    _possible(hz, value, "a frequency", "Hz")
     return hz
 
 
@@ -115,7 +134,7 @@ def parse_byte_rate(value: str, *, clock_hz: float | None = None) -> float:
         rate = number * _byte_multiplier(unit.rsplit("/", 1)[0], value) * clock_hz
     else:
         raise InputError(f"{value!r}: a bandwidth needs a unit such as 'GB/s', 'GiB/s' or 'B/cycle'")
-    _positive(rate, value, "a bandwidth")
+    _possible(rate, value, "a bandwidth", "B/s")
     return rate
 
 
@@ -130,7 +149,7 @@ def parse_time(value: str, *, clock_hz: float | None = None, allow_zero: bool = 
         seconds = number * SUBUNIT_PREFIXES[unit[:-1]]
     else:
         raise InputError(f"{value!r}: a time needs a unit s, ms, us, ns, ps or cycles")
-    _positive(seconds, value, "a time", allow_zero)
+    _possible(seconds, value, "a time", "s", allow_zero)
     return seconds
 
 
@@ -150,7 +169,7 @@ def parse_flop_rate(value: str, *, clock_hz: float | None = None) -> float:
         if clock_hz is None:
             raise InputError(f"{value!r}: a per-cycle rate needs the machine's clock")
         rate *= clock_hz
-    _positive(rate, value, "an arithmetic rate")
+    _possible(rate, value, "an arithmetic rate", "FLOP/s")
     return rate
 
 

@@ -2,7 +2,8 @@
 
 Each module here defines ``register(subparsers)``, which adds its subcommand and sets
 ``func`` on its parser. Bad input (:class:`memwall.errors.InputError`) is printed as one
-line naming the file, line or field, with exit status 2. SIGTERM is turned into an
+line naming the file, line or field (its control characters shown as escapes:
+:func:`memwall.text.printable`), with exit status 2. SIGTERM is turned into an
 exception, so every ``finally`` runs (a sweep stops its workers and frees its claims)
 and the exit status is 143; Ctrl-C gives 130.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
+from ..text import printable
 
 
 def _version_text() -> str:
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memwall {args.command}: terminated", file=sys.stderr)
         return 143
     except InputError as err:
-        print(f"memwall {args.command}: error: {err}", file=sys.stderr)
+        print(printable(f"memwall {args.command}: error: {err}"), file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

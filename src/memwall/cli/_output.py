@@ -2,7 +2,8 @@
 
 Owns :func:`print_json` (every JSON document the CLI prints carries
 ``"schema_version"``, :data:`memwall.schema.SCHEMA_VERSION`, added here and nowhere
-else; a list carries it in each object, so a reader of the list keeps working) and
+else; a list carries it in each object, so a reader of the list keeps working; a NaN or
+infinity is refused, never written as a token no JSON reader takes) and
 :func:`report` (``memwall machines validate`` / ``memwall networks validate``: every
 problem of every file, the counts on stderr, exit 1 if any file is invalid).
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..schema import SCHEMA_VERSION
+from ..text import non_finite, printable
 
 
 def stamped(document: Any) -> Any:
@@ -28,8 +30,18 @@ def stamped(document: Any) -> Any:
 
 
 def print_json(document: Any, indent: int = 1, default: Callable[[Any], Any] | None = None) -> None:
-    json.dump(stamped(document), sys.stdout, indent=indent, default=default)
-    print()
+    """``document`` as JSON on stdout, or nothing and an InputError naming the first key
+    that holds NaN or an infinity (JSON has neither: a reader would choke on the token)."""
+    document = stamped(document)
+    try:
+        text = json.dumps(document, indent=indent, default=default, allow_nan=False)
+    except ValueError:
+        where = next(non_finite(document), None)
+        if where is None:  # not a number's fault (a circular reference): a bug, shown as one
+            raise
+        raise InputError(f"the output holds a number that is not finite at {where[0] or 'the top'} ({where[1]!r}): "
+                         "not printed, as JSON has no NaN or Infinity; check the figures that made it") from None
+    sys.stdout.write(text + "\n")
 
 
 def report(paths: Iterable[str], check: Callable[[str], tuple[list[InputError], list[InputError]]],
@@ -43,9 +55,9 @@ def report(paths: Iterable[str], check: Callable[[str], tuple[list[InputError], 
     for path in paths:
         errors, warnings = check(path)
         for err in errors:
-            print(str(err))
+            print(printable(str(err)))
         for warning in warnings:
-            print(("" if strict else "warning: ") + str(warning))
+            print(printable(("" if strict else "warning: ") + str(warning)))
         bad += bool(errors or (strict and warnings))
         warned += len(warnings)
     extra = f"; {warned} warning(s){' (counted as problems: --strict)' if strict else ''}" if warned else ""

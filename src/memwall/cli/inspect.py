@@ -8,6 +8,7 @@ import sys
 from ..errors import InputError
 from ..options import Case, add_case_arguments, given_options, make_case
 from ..simulation.result import SERVING_COLUMNS
+from ..text import printable
 from ..units import format_bytes, format_flop_rate, format_time
 from . import add_command
 from ._output import print_json
@@ -179,7 +180,8 @@ def _pct(part: float, whole: float) -> str:
 
 
 def render(result: dict) -> str:
-    """A table a person reads at a glance: kernels down, compute and stall by level across."""
+    """A table a person reads at a glance: kernels down, compute and stall by level across
+    (control characters of the names in it shown as escapes)."""
     levels = list(result["cycles"]["stall"])
     workload = result["network"] or "gemm " + "x".join(map(str, result["gemm"]))
     lines = [
@@ -251,4 +253,4 @@ def render(result: dict) -> str:
                      + f", {per}; KV cache "
                      f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(f"verdict: {result['verdict']}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # names from files and the command line reach a terminal

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import profiles
 from ..errors import InputError
+from ..text import printable
 from ..units import format_byte_rate, format_bytes, format_flop_rate, format_frequency, format_time
 from ._output import print_json, report
 
@@ -123,6 +124,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    rows = [tuple(printable(cell) for cell in r) for r in rows]  # before the widths: escapes widen a cell
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
@@ -215,7 +217,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(m.as_dict())
         return 0
-    print("\n".join(_machine_lines(m) + _level_lines(m) + _memory_lines(m)))
+    print(printable("\n".join(_machine_lines(m) + _level_lines(m) + _memory_lines(m))))
     return 0
 
 

@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..text import printable
 from . import add_command
 from ._output import print_json
 
@@ -47,14 +48,14 @@ def run(args: argparse.Namespace) -> int:
     results = validate(measurements)
     if args.figure:
         paths = validation_figure(results, args.figure)
-        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+        print(printable("wrote " + ", ".join(str(p) for p in paths)), file=sys.stderr)
     if args.json:
         print_json(to_json(results), indent=2)
     else:
-        print(format_table(results, summarize(results)))
+        print(printable(format_table(results, summarize(results))))
     missed = [r for r in results if r.status != "ok"]
     for r in missed:
-        print(f"memwall validate: not predicted: {r.id} ({r.status}): {r.error}", file=sys.stderr)
+        print(printable(f"memwall validate: not predicted: {r.id} ({r.status}): {r.error}"), file=sys.stderr)
     if missed:
         print(f"memwall validate: {len(missed)} of {len(results)} cases not predicted", file=sys.stderr)
         return 1

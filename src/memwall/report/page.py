@@ -187,6 +187,17 @@ def _inline(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
+def _json_script(value: Any) -> str:
+    """``value`` as JSON text to embed in a ``<script type='application/json'>`` element.
+
+    Every ``<``, ``>`` and ``&`` is written as its ``\\u`` escape (JSON holds them only
+    inside strings, where the escape reads back as the same character), so no name or
+    message can write ``</script>`` or ``<!--<script>``: the latter would put the HTML
+    parser in its double-escaped state and swallow the page's own script after it."""
+    text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def build_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write ``folder/report.html`` (or ``out``) from the sweep in ``folder``; returns its path.
 
@@ -310,7 +321,7 @@ def render(rows: Sequence[Mapping[str, Any]], folder: Path) -> str:
     out.append("<p class='muted'>Gholami et al., \"AI and Memory Wall\", IEEE Micro 44(3), 2024, for the "
                "growth rates in figure 1. Machine figures: era_data/machines, each with its source and status.</p>")
     page = {"figures": {f["name"]: f["spec"] for f in shown}, "machines": finite(machine_specs(ok, machines, levels))}
-    blob = _inline(json.dumps(page, allow_nan=False, separators=(",", ":")))
+    blob = _json_script(page)
     out.append(f"<script type='application/json' id='memwall-data'>{blob}</script>")
     out.append(f"<script>{_inline(_app_js())}</script>")
     out.append("</body></html>\n")

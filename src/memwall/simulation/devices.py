@@ -19,7 +19,7 @@ from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
 from .plan import check_cost, plan_replay
 from .replay import _ticker
-from .result import Devices, Ledger, Result, build_result, capacity_warning, serving_figures
+from .result import Devices, Ledger, Result, build_result, capacity_warning, check_finite, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step
 
@@ -63,7 +63,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     if config.serving:  # every replica's tokens; the per-device rate beside them
         result = result.with_(serving=serving_figures(step, device.seconds, machine.memory.capacity,
                                                       devices=par.devices, replicas=par.dp))
-    return result
+    return check_finite(result, machine)  # the whole step's figures, as build_result checked the device's
 
 
 def _whole_step(result: Result, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> Result:

@@ -2,7 +2,9 @@
 
 Owns: :class:`Result` and its groups (identity, time, rates, training, bytes, ledger,
 kernels, seed, devices, serving, warnings), :func:`build_result` (a timed step to a
-Result, asking the timing nothing it has not already answered) and the serving figures
+Result, asking the timing nothing it has not already answered), :func:`check_finite`
+(no result holds NaN, an infinity, or no cycles for a step that takes time: it is
+refused, naming the machine figures that made it) and the serving figures
 (:func:`serving_figures`). A Result is the JSON (every key it has always had), so a
 script written against ``--json`` reads it unchanged, and carries its groups typed. The verdict's phrases live beside the row
 (:mod:`memwall.simulation.row`).
@@ -13,9 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..errors import InputError
 from ..options import Case
-from ..profiles import Machine
+from ..profiles import Machine, implausible_figures, suspect_figures
 from ..seed import seed_model
+from ..text import non_finite
 from ..timing import StepTiming, arithmetic_rate, word_widening
 from ..workloads.step import Step, activation_traffic, d_min
 from .columns import Column
@@ -271,6 +275,9 @@ def capacity_warning(peak: int, machine: Machine, where: str = "the step") -> st
 
 def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
     out = [] if fits else [capacity_warning(peak, machine)]
+    # a what-if (--set) or a profile beyond every machine: legal, so run, but said
+    out += [f"{shown} is outside the plausible {bounds}: the result describes no real machine"
+            for _, shown, bounds in implausible_figures(machine)]
     dtype = step.kernels[0].dtype if step.kernels else None
     if dtype and word_widening(machine, dtype) > 1:
         out.append(f"{machine.id} has no floating point narrower than its {machine.timing.params.get('word_bytes', 8)}"
@@ -333,9 +340,27 @@ def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int =
     return out
 
 
+def check_finite(result: Result, machine: Machine) -> Result:
+    """``result``, or an InputError naming the machine figures that made it meaningless: a
+    number that is not finite (NaN, an infinity) anywhere in it, or no cycles for a step
+    that takes time (a clock so slow its cycles underflow). The loaders refuse such
+    figures first; this holds for a Machine built in a script, or a combination of
+    figures each of which is possible alone."""
+    bad = next(non_finite(result.to_json()), None)
+    if bad is None and not (result["seconds"] > 0 and not result["cycles"]["total"] > 0):
+        return result
+    what = (f"{bad[0]} is {bad[1]!r}" if bad is not None
+            else f"a step of {result['seconds']:g} s counts {result['cycles']['total']!r} cycles")
+    suspects = suspect_figures(machine)
+    blame = (f"{', '.join(suspects)} make{'s' if len(suspects) == 1 else ''} the step's numbers meaningless"
+             if suspects else "its figures make the step's numbers meaningless")
+    raise InputError(f"machine {machine.id}: {blame} ({what}); check the profile with 'memwall machines validate'")
+
+
 def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Result:
     """The result of one device's ``timing`` of ``step`` (the whole step on one device, or
-    the slowest device's share, which :mod:`memwall.simulation.devices` then widens)."""
+    the slowest device's share, which :mod:`memwall.simulation.devices` then widens),
+    refused by :func:`check_finite` if a figure made it meaningless."""
     machine = timing.machine
     seconds = timing.seconds
     dtype = step.kernels[0].dtype if step.kernels else case.dtype
@@ -345,7 +370,7 @@ def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
     if fallback is not None:
         warnings.append(fallback["warning"])
     cfg = step.config
-    return Result(Groups(
+    return check_finite(Result(Groups(
         identity=Identity(machine=machine.id, machine_name=machine.name, year=machine.year, kind=machine.kind,
                           balance=machine.balance(), network=case.network,
                           gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
@@ -366,4 +391,4 @@ def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         warnings=warnings,
         serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,
         dtype_fallback={k: v for k, v in fallback.items() if k != "warning"} if fallback is not None else None,
-    ))
+    )), machine)
