@@ -243,3 +243,24 @@ def test_the_error_line_prints_no_control_characters(tmp_path, capsys):
     err = capsys.readouterr().err
     _no_controls(err)
     assert "machine\\x1b[2J" in err and err.count("\n") == 1
+
+
+def test_networks_show_and_list_print_no_control_characters(tmp_path, capsys, monkeypatch):
+    from memwall import networks
+    from memwall.cli import networks as cli_networks
+    from memwall.data import data_files
+
+    text = next(p for p in data_files("networks") if p.stem == "nettalk").read_text(encoding="utf-8")
+    path = tmp_path / "evil.toml"
+    path.write_text(text.replace('id = "nettalk"', 'id = "evil"').replace(
+        'name = "NETtalk (Sejnowski & Rosenberg)"', 'name = "evil\\u001b[2J"'), encoding="utf-8")
+    assert main(["networks", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "evil\\x1b[2J" in out
+    hostile = networks.load_network(str(path))
+    monkeypatch.setattr(cli_networks, "all_networks", lambda: [hostile])
+    assert main(["networks", "list"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "evil\\x1b" in out

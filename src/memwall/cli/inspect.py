@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_case(case, machine=machine, exact=args.exact, max_lookups=args.max_lookups, progress=progress,
                           allow_fallback=args.allow_fallback)
     for warning in result["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {printable(warning)}", file=sys.stderr)
     if args.json:
         print_json(result.to_json())
     else:
@@ -132,11 +132,11 @@ def _crossover(case: Case, args: argparse.Namespace) -> int:
                                                          max_lookups=args.max_lookups,
                                                          allow_fallback=args.allow_fallback))
     for warning in out["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {printable(warning)}", file=sys.stderr)
     if args.json:
         print_json(out)
         return 0
-    print(f"{out['network']} decode at context {out['context']} on {out['machine']}:")
+    print(printable(f"{out['network']} decode at context {out['context']} on {out['machine']}:"))
     print(f"{'batch':>7} {'tokens/s':>12} {'s/token':>10}  bound")
     for r in out["rows"]:
         print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10}  {r['bound']}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import all_networks, check_network_file, load_network
+from ..text import printable
 from ._output import print_json, report
 
 
@@ -45,7 +46,8 @@ def cmd_list(args: Any) -> int:
         return 0
     print(f"{'id':<16} {'kind':<16} {'year':>4} {'parameters':>11} {'connections':>11}  name")
     for n in nets:
-        print(f"{n.id:<16} {n.kind:<16} {n.year:>4} {_count(n.parameters):>11} {_count(n.connections):>11}  {n.name}")
+        print(printable(f"{n.id:<16} {n.kind:<16} {n.year:>4} {_count(n.parameters):>11} {_count(n.connections):>11}  "
+                        f"{n.name}"))
     return 0
 
 
@@ -59,13 +61,13 @@ def cmd_show(args: Any) -> int:
         if k == "layers" and isinstance(v, list) and v and isinstance(v[0], dict):
             print("layers:")
             for lay in v:
-                print(f"  {lay['name']:<22} {lay['type']:<4} in {lay['in']} -> out {lay['out']} kernel {lay['kernel']} "
+                print(f"  {printable(str(lay['name'])):<22} {lay['type']:<4} in {lay['in']} -> out {lay['out']} kernel {lay['kernel']} "
                       f"stride {lay['stride']} connected {lay['connected']} bias {lay['bias']}"
                       + (" +BN" if lay["batchnorm"] else ""))
         elif isinstance(v, int) and not isinstance(v, bool) and v >= 10_000:
             print(f"{k}: {v:,}")
         else:
-            print(f"{k}: {v}")
+            print(printable(f"{k}: {v}"))
     return 0
 
 
