@@ -165,3 +165,21 @@ def test_the_results_table_follows_the_row_declaration():
     assert _cell("year", 2022) == "2022" and _cell("year", 2022.0) == "2022" and _cell("seconds", 0.5) == "0.5"
     html = _table([train, decode], results_columns([train, decode]), "results-table", sortable=True)
     assert "data-key='context'" in html and ">8192<" in html and "2.02e+03" not in html
+
+
+def test_a_damaged_figure_file_is_shown_empty_with_a_warning(sweep_dir, tmp_path, capsys):
+    import shutil
+
+    from memwall.report.page import build_report
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, folder)
+    path = folder / "figures" / "balance_drift.json"
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    stored["data"]["fits"] = [{"label": "x", "machines": "many", "first_year": "a", "last_year": "b",
+                               "peak": "fast", "bandwidth": "wide", "balance": "even"}]
+    path.write_text(json.dumps(stored), encoding="utf-8")
+    page = build_report(folder).read_text(encoding="utf-8")
+    err = capsys.readouterr().err
+    assert "balance_drift.json: its data cannot be drawn" in err and "Traceback" not in err
+    assert "could not be drawn: rerun the sweep" in page

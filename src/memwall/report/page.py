@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from ..model_version import MODEL_VERSION
 from ..simulation.row import column
 from ..study import draw
 from ..study.tables import stall_levels
+from ..text import printable
 from ..units import format_byte_rate
 
 STYLE = """
@@ -231,8 +233,18 @@ def figures(folder: Path) -> list[dict[str, Any]]:
     for name, module in FIGURES.items():
         stored = draw.figure_data(folder, name)
         data = finite(_labelled(stored["data"])) if stored else {}
-        out.append({"name": name, "heading": heading(name), "caption": module.CAPTION,
-                    "prose": module.prose(data), "spec": finite(module.plotly(data)), "data": data})
+        try:
+            shown = {"prose": module.prose(data), "spec": finite(module.plotly(data))}
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
+            # figures/NAME.json was edited or damaged: the page says so and goes on
+            where = folder / "figures" / f"{name}.json"
+            print(printable(f"memwall report: warning: {where}: its data cannot be drawn ({type(err).__name__}: "
+                            f"{err}); shown empty: run `memwall sweep --out {folder}` again to redraw it"),
+                  file=sys.stderr)
+            data = {}
+            shown = {"prose": f"<p class='muted'>{_e(where)} could not be drawn: rerun the sweep.</p>",
+                     "spec": finite(module.plotly(data))}
+        out.append({"name": name, "heading": heading(name), "caption": module.CAPTION, **shown, "data": data})
     return out
 
 
