@@ -264,3 +264,17 @@ def test_networks_show_and_list_print_no_control_characters(tmp_path, capsys, mo
     out = capsys.readouterr().out
     _no_controls(out)
     assert "evil\\x1b" in out
+
+
+def test_a_full_disk_is_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import memwall.report.page as page
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "report.html"))
+
+    monkeypatch.setattr(page, "build_report", full)
+    assert main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the disk is full writing" in err and "report.html" in err

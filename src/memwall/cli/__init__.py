@@ -11,6 +11,7 @@ and the exit status is 143; Ctrl-C gives 130.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import pkgutil
 import signal
@@ -79,6 +80,9 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)  # no room left: a full disk, or the user's quota
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -100,6 +104,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as err:
+        if err.errno not in _FULL:
+            raise
+        # the atomic writes leave every finished file whole; what is missing is room
+        where = f" writing {err.filename}" if err.filename else ""
+        print(printable(f"memwall {args.command}: error: the disk is full{where} ({err.strerror}): free some "
+                        "space (or give another --out) and run the same command again: finished work is kept"),
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"memwall {args.command}: interrupted", file=sys.stderr)
         return 130
