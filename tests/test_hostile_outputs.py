@@ -278,3 +278,27 @@ def test_a_full_disk_is_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
     assert main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the disk is full writing" in err and "report.html" in err
+
+
+@pytest.mark.parametrize(("machine", "old", "new"), [
+    ("h100-sxm", 'value = "3.35 TB/s"', 'value = "3350 TB/s"'),  # memory bandwidth x1000
+    ("h100-sxm", 'value = "3.35 TB/s"', 'value = "3.35 MB/s"'),  # ... and /1e6
+    ("a100-sxm", 'fp32 = { value = "19.5 TFLOP/s"', 'fp32 = { value = "19.5 GFLOP/s"'),  # a peak /1000
+])
+def test_machines_validate_strict_catches_unit_prefix_slips(tmp_path, capsys, machine, old, new):
+    from memwall.data import data_files
+
+    text = next(p for p in data_files("machines") if p.stem == machine).read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / f"{machine}.toml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    assert main(["machines", "validate", "--strict", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "unit slip" in out.out + out.err
+
+
+def test_every_shipped_profile_passes_strict_validation(capsys):
+    from memwall.data import data_files
+
+    paths = [str(p) for p in data_files("machines") if p.stem != "TEMPLATE"]
+    assert main(["machines", "validate", "--strict", *paths]) == 0, capsys.readouterr()

@@ -835,6 +835,7 @@ def plausibility(m: Machine, problems: Problems) -> None:
         lo, hi = PLAUSIBLE[key]
         if value is not None and not lo <= value <= hi:
             problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
+    _era_balance(m, problems)
     for i, lv in enumerate(m.levels):
         if lv.size > m.memory.capacity:
             problems.add(f"level '{lv.name}' ({lv.size} B) is larger than main memory ({m.memory.capacity} B)",
@@ -843,6 +844,38 @@ def plausibility(m: Machine, problems: Problems) -> None:
         if below is not None and lv.size > below.size:
             problems.add(f"level '{lv.name}' ({lv.size} B) is larger than the cache below it, '{below.name}' "
                          f"({below.size} B)", f"level[{lv.name}].size", warning=True)
+
+
+# Machine balance by era, and the spread of one machine's peaks across its dtypes: a unit
+# prefix slipped by 1000 (TB/s for GB/s, GFLOP/s for TFLOP/s) lands outside these, no
+# shipped profile does (the 1980s sit well under 1 FLOP/B, today's accelerators at
+# 100-1000 bf16 FLOP/B: shared/research; fp32 to fp8 on one chip spans at most ~100x. fp64
+# is left out of the spread: Blackwell Ultra and Rubin cut it to ~1/4000 of their fp4).
+BALANCE_BOUNDS = (1e-4, 2000.0)
+MODERN_BF16_BALANCE = (100.0, 1000.0)  # a gpu or tpu from 2020 on, at its bf16 rate
+PEAK_SPREAD = 1024.0  # the fastest dtype's peak over the slowest's, at most
+
+
+def _era_balance(m: Machine, problems: Problems) -> None:
+    b = m.balance()
+    lo, hi = BALANCE_BOUNDS
+    if not lo < b < hi:
+        problems.add(f"balance {b:.3g} FLOP/B is outside {lo:g} .. {hi:g}: a unit slip in a peak or the memory "
+                     "bandwidth?", "memory.bandwidth", warning=True)
+    elif m.year < 1990 and b >= 1.0:
+        problems.add(f"balance {b:.3g} FLOP/B: a machine of {m.year} sits well under 1 FLOP/B (a unit slip?)",
+                     "memory.bandwidth", warning=True)
+    if m.year >= 2020 and m.kind in ("gpu", "tpu") and m.peak_flops.get("bf16"):
+        lo, hi = MODERN_BF16_BALANCE
+        if not lo <= m.balance("bf16") <= hi:
+            problems.add(f"bf16 balance {m.balance('bf16'):.3g} FLOP/B is outside {lo:g} .. {hi:g} for a "
+                         f"{m.year} {m.kind} (a unit slip in its bf16 peak or memory bandwidth?)",
+                         "memory.bandwidth", warning=True)
+    peaks = {d: v for d, v in m.peak_flops.items() if v and d != "fp64"}
+    if len(peaks) > 1 and max(peaks.values()) > PEAK_SPREAD * min(peaks.values()):
+        slow = min(peaks, key=peaks.__getitem__)
+        problems.add(f"peak {slow} {peaks[slow]:.3g} FLOP/s is more than {PEAK_SPREAD:g}x below its fastest "
+                     f"dtype's {max(peaks.values()):.3g} (a unit slip?)", f"compute.peak.{slow}", warning=True)
 
 
 def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
