@@ -29,6 +29,7 @@ from typing import Any
 from .errors import InputError
 from .interconnect import Interconnect, Link
 from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
+from .plausibility import plausibility
 from .schema import Field, Problems, Table, read_toml, walk
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
 from .vocabulary import DISPATCH_MODES
@@ -56,8 +57,6 @@ MODELS_FOR_KIND = {
 }
 # Order of trust, strongest first: a machine's summary status is its weakest headline figure.
 STATUS_ORDER = ("verified", "measured", "secondary", "announced", "estimate")
-# Figures outside these are legal but almost surely a unit slip: warned about, not refused.
-PLAUSIBLE = {"clock": (1e5, 1e10), "bandwidth": (1e3, 1e17), "latency": (1e-11, 1e-3)}
 
 
 # ---- unit parsers: (value, context) -> SI; per-cycle forms use the clock read first ------
@@ -822,90 +821,6 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         path=path, dispatch=dispatch, vector_flops=vector_flops, achievable_flops=achievable_flops,
         interconnect=_interconnect(values),
     )
-
-
-def plausibility(m: Machine, problems: Problems) -> None:
-    """Warnings for figures that are legal but almost surely wrong (a unit slip, a swapped level)."""
-    if m.path is not None and m.path.stem != m.id and m.path.stem != "TEMPLATE":
-        problems.add(f"id {m.id!r} differs from the file name {m.path.stem!r}", "id", warning=True)
-    lo, hi = PLAUSIBLE["clock"]
-    if not lo <= m.clock_hz <= hi:
-        problems.add(f"clock {m.clock_hz:g} Hz is outside {lo:g} .. {hi:g} Hz", "clock", warning=True)
-    for where, key, value in _plausible_figures(m)[1:]:
-        lo, hi = PLAUSIBLE[key]
-        if value is not None and not lo <= value <= hi:
-            problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
-    _era_balance(m, problems)
-    for i, lv in enumerate(m.levels):
-        if lv.size > m.memory.capacity:
-            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than main memory ({m.memory.capacity} B)",
-                         f"level[{lv.name}].size", warning=True)
-        below = next((x for x in m.levels[i + 1:] if not x.software_managed), None)
-        if below is not None and lv.size > below.size:
-            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than the cache below it, '{below.name}' "
-                         f"({below.size} B)", f"level[{lv.name}].size", warning=True)
-
-
-# Machine balance by era, and the spread of one machine's peaks across its dtypes: a unit
-# prefix slipped by 1000 (TB/s for GB/s, GFLOP/s for TFLOP/s) lands outside these, no
-# shipped profile does (the 1980s sit well under 1 FLOP/B, today's accelerators at
-# 100-1000 bf16 FLOP/B: shared/research; fp32 to fp8 on one chip spans at most ~100x. fp64
-# is left out of the spread: Blackwell Ultra and Rubin cut it to ~1/4000 of their fp4).
-BALANCE_BOUNDS = (1e-4, 2000.0)
-MODERN_BF16_BALANCE = (100.0, 1000.0)  # a gpu or tpu from 2020 on, at its bf16 rate
-PEAK_SPREAD = 1024.0  # the fastest dtype's peak over the slowest's, at most
-
-
-def _era_balance(m: Machine, problems: Problems) -> None:
-    b = m.balance()
-    lo, hi = BALANCE_BOUNDS
-    if not lo < b < hi:
-        problems.add(f"balance {b:.3g} FLOP/B is outside {lo:g} .. {hi:g}: a unit slip in a peak or the memory "
-                     "bandwidth?", "memory.bandwidth", warning=True)
-    elif m.year < 1990 and b >= 1.0:
-        problems.add(f"balance {b:.3g} FLOP/B: a machine of {m.year} sits well under 1 FLOP/B (a unit slip?)",
-                     "memory.bandwidth", warning=True)
-    if m.year >= 2020 and m.kind in ("gpu", "tpu") and m.peak_flops.get("bf16"):
-        lo, hi = MODERN_BF16_BALANCE
-        if not lo <= m.balance("bf16") <= hi:
-            problems.add(f"bf16 balance {m.balance('bf16'):.3g} FLOP/B is outside {lo:g} .. {hi:g} for a "
-                         f"{m.year} {m.kind} (a unit slip in its bf16 peak or memory bandwidth?)",
-                         "memory.bandwidth", warning=True)
-    peaks = {d: v for d, v in m.peak_flops.items() if v and d != "fp64"}
-    if len(peaks) > 1 and max(peaks.values()) > PEAK_SPREAD * min(peaks.values()):
-        slow = min(peaks, key=peaks.__getitem__)
-        problems.add(f"peak {slow} {peaks[slow]:.3g} FLOP/s is more than {PEAK_SPREAD:g}x below its fastest "
-                     f"dtype's {max(peaks.values()):.3g} (a unit slip?)", f"compute.peak.{slow}", warning=True)
-
-
-def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
-    """(field, kind of figure, value in SI units) of each figure :data:`PLAUSIBLE` bounds, the clock first."""
-    figures = [("clock", "clock", m.clock_hz), ("memory.bandwidth", "bandwidth", m.memory.bandwidth),
-               ("memory.latency", "latency", m.memory.latency)]
-    return figures + [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels
-                      for key in ("bandwidth", "latency")]
-
-
-_SI = {"clock": "Hz", "bandwidth": "B/s", "latency": "s"}
-
-
-def implausible_figures(m: Machine) -> list[tuple[str, str, str]]:
-    """(field, ``'memory.bandwidth 1e-20 B/s'``, ``'1000 .. 1e+17 B/s'``) of each figure
-    outside its plausible range (:data:`PLAUSIBLE`): legal, but no machine's; a shipped
-    profile has none."""
-    return [(where, f"{where} {value:g} {_SI[key]}", f"{PLAUSIBLE[key][0]:g} .. {PLAUSIBLE[key][1]:g} {_SI[key]}")
-            for where, key, value in _plausible_figures(m)
-            if value is not None and not PLAUSIBLE[key][0] <= value <= PLAUSIBLE[key][1]]
-
-
-def suspect_figures(m: Machine) -> list[str]:
-    """The figures to blame for a result that is not finite: each outside its plausible
-    range, then each changed by ``--set`` (``'memory.bandwidth 1e-300 B/s'``)."""
-    implausible = implausible_figures(m)
-    named = {where for where, _, _ in implausible}
-    return [shown for _, shown, _ in implausible] + [
-        f"{where} (set by --set to {fig.value!r})" for where, fig in m.provenance.items()
-        if "--set" in f"{fig.note} {fig.derivation}" and where not in named]
 
 
 def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list[InputError]]:

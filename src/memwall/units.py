@@ -55,7 +55,7 @@ def _split(text: str, what: str) -> tuple[float, str]:
 # figure beyond them is a slip, not a machine, and it makes the step's numbers stop being
 # numbers: a subnormal clock gives zero cycles for a real step, a subnormal bandwidth an
 # infinite time. Refused as impossible; `memwall machines validate` warns long before
-# them, at the era bounds of memwall.profiles.PLAUSIBLE.
+# them, at the era bounds of memwall.plausibility.PLAUSIBLE.
 SMALLEST = 1e-30
 LARGEST = 1e30
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Case
-from ..profiles import Machine, implausible_figures, suspect_figures
+from ..plausibility import implausible_figures, suspect_figures
+from ..profiles import Machine
 from ..seed import seed_model
 from ..text import non_finite
 from ..timing import StepTiming, arithmetic_rate, word_widening
