@@ -21,9 +21,10 @@ A new option is one entry here plus the stage that reads it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any
 
 from .errors import InputError
@@ -110,10 +111,10 @@ class Option:
         assert self.needs is not None
         return f"applies only with {self.needs[0]} {' or '.join(self.needs[1])}"
 
-    def parse(self, value: Any, where: str | None = None) -> Any:
+    def parse(self, value: Any) -> Any:
         """``value`` (text from the command line, or a value from a file or the API) checked
         and converted as the declaration says; an InputError naming the option otherwise."""
-        name = where or self.name
+        name = self.name
         f = self.field
         if self.python_type is int:
             number = _whole(value)
@@ -259,18 +260,14 @@ class _CaseMethods:
 
     def as_dict(self) -> dict[str, Any]:
         """The machine, the workload and the given options: the case's identity in stored records."""
-        out: dict[str, Any] = {"machine": self.machine, "network": self.network,
-                               "gemm": list(self.gemm) if self.gemm is not None else None}
-        return {**out, **self.given()}
+        return {"machine": self.machine, **self.key()}
 
     def key(self, *stages: str) -> dict[str, Any]:
-        """The workload and the given options read by ``stages``: what a step or a replay depends on."""
+        """The workload and the given options read by ``stages`` (all of them when none is
+        named): what a step or a replay depends on."""
         keep = set(names(*stages))
         return {"network": self.network, "gemm": list(self.gemm) if self.gemm is not None else None,
                 **{k: v for k, v in self.given().items() if k in keep}}
-
-    def inapplicable(self) -> list[tuple[str, str]]:
-        return inapplicable(self.given(), self.workload)
 
 
 Case = make_dataclass(
@@ -288,18 +285,17 @@ Case.__doc__ = ("What to simulate: a machine (profile id or file), exactly one o
                 "unless given).")
 
 
-def make_case(machine: str, network: str | None = None, gemm: Sequence[int] | None = None, *,
-              refuse: bool = True, **options: Any) -> Any:
+def make_case(machine: str, network: str | None = None, gemm: Sequence[int] | None = None,
+              **options: Any) -> Any:
     """A :class:`Case` from option values as a person gives them (text or numbers), each
-    checked by its declaration; ``refuse``: an option that does not apply is an InputError."""
+    checked by its declaration; an option that does not apply is an InputError."""
     unknown = [k for k in options if k not in BY_NAME]
     if unknown:
         raise InputError(f"unknown option {unknown[0]!r} (options: {', '.join(BY_NAME)})", field=unknown[0])
     if (network is None) == (gemm is None):
         raise InputError("a case names exactly one of a network and a GEMM", field="network")
     values = {k: BY_NAME[k].parse(v) for k, v in options.items() if v is not None}
-    if refuse:
-        refuse_inapplicable(values, workload_of(network, gemm))
+    refuse_inapplicable(values, workload_of(network, gemm))
     return Case(machine=machine, network=network, gemm=tuple(gemm) if gemm is not None else None, **values)
 
 
@@ -384,8 +380,6 @@ def combine(cases: Iterable[Any], lists: Mapping[str, Sequence[Any]]) -> Combine
     """Every case once for each combination of the option ``lists`` (the sweep's axes). A
     value that does not apply to a combination (``--context 512`` with ``--phase train``)
     is left off it and counted; the cases that differ only by left-off values run once."""
-    import itertools
-
     axes = [[(name, v) for v in values] for name, values in lists.items() if values]
     out: dict[Any, None] = {}
     skipped: dict[str, int] = {}
@@ -397,11 +391,5 @@ def combine(cases: Iterable[Any], lists: Mapping[str, Sequence[Any]]) -> Combine
                 if name in lists:
                     skipped[name] = skipped.get(name, 0) + 1
             kept = {k: v for k, v in dict(combo).items() if k not in dropped}
-            out[_replace(case, kept)] = None
+            out[replace(case, **kept) if kept else case] = None
     return Combined(list(out), skipped)
-
-
-def _replace(case: Any, values: Mapping[str, Any]) -> Any:
-    from dataclasses import replace
-
-    return replace(case, **values) if values else case

@@ -9,7 +9,7 @@ clears the screen, retitles the window or hides the rest of the line; each contr
 character is shown as a visible escape instead (``\\x1b``), so the text stays readable
 and says what was there. JSON output needs none of this: the encoder escapes them.
 :func:`non_finite` finds the NaN or infinity a result or a JSON document must not hold,
-by its key path, for the refusals of :func:`memwall.simulation.result.check_finite` and
+by its key path, for the refusals of :func:`memwall.simulation.result.finished` and
 :func:`memwall.cli._output.print_json`.
 """
 

@@ -29,6 +29,7 @@ from ..figures.stall_breakdown import breakdown_spec, parts
 from ..model_version import MODEL_VERSION
 from ..simulation.row import column
 from ..study import draw
+from ..study.identity import is_path
 from ..study.tables import stall_levels
 from ..text import printable
 from ..units import format_byte_rate
@@ -134,10 +135,6 @@ def _stall_bar(row: Mapping[str, Any], levels: Sequence[str]) -> str:
     return f"<div class='bar'>{spans}</div>"
 
 
-def _is_path(spec: str) -> bool:
-    return spec.endswith(".toml") or "/" in spec or "\\" in spec
-
-
 def label(spec: Any) -> str:
     """What the report shows for a machine or network: a user file by its name, never its
     path; a synthetic machine as its base and bandwidth (``h100-sxm @ 98.9 GB/s``)."""
@@ -149,7 +146,7 @@ def label(spec: Any) -> str:
             tail = f" @ {format_byte_rate(float(tail[4:]))}"
         except ValueError:
             pass
-    return (Path(head).name if _is_path(head) else head) + tail
+    return (Path(head).name if is_path(head) else head) + tail
 
 
 def _provenance(machine_id: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -345,7 +342,7 @@ def _machine_section(mid: str, rows: Sequence[Mapping[str, Any]], ok: Sequence[M
     mrows = [r for r in ok if r["machine"] == mid]
     first = next(r for r in rows if r["machine"] == mid)
     out = [f"<section class='machine-section' data-machine='{_e(mid)}'>",
-           f"<h3 id='m-{_e(mid)}'>{_e((first.get('name') if not _is_path(mid) else None) or mid)} "
+           f"<h3 id='m-{_e(mid)}'>{_e((first.get('name') if not is_path(mid) else None) or mid)} "
            f"({_e(first['year'])}, {_e(first['kind'])})</h3>"]
     profile, problem = _provenance(mid)
     if profile:

@@ -19,7 +19,7 @@ from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
 from .plan import check_cost, plan_replay
 from .replay import _ticker
-from .result import Devices, Ledger, Result, build_result, capacity_warning, check_finite, serving_figures
+from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step
 
@@ -59,14 +59,14 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger, st.tokens), k))
     b, device = time_pipeline(times, par.pp, k)
     step = steps[b][1]
-    result = _whole_step(build_result(case, step, device, fallback), par, steps, times, b, device)
+    groups = _whole_step(build_groups(case, step, device, fallback), par, steps, times, b, device)
     if config.serving:  # every replica's tokens; the per-device rate beside them
-        result = result.with_(serving=serving_figures(step, device.seconds, machine.memory.capacity,
-                                                      devices=par.devices, replicas=par.dp))
-    return check_finite(result, machine)  # the whole step's figures, as build_result checked the device's
+        groups = replace(groups, serving=serving_figures(step, device.seconds, machine.memory.capacity,
+                                                         devices=par.devices, replicas=par.dp))
+    return finished(groups, machine)
 
 
-def _whole_step(result: Result, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> Result:
+def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> Groups:
     """Turn the slowest device's result (stage ``b``'s, as :func:`time_pipeline` chose it)
     into the step's: FLOPs and throughput over every device, its communication, each
     stage's slot and ledger, ZeRO's per-device ledger."""
@@ -107,5 +107,5 @@ def _whole_step(result: Result, par: Parallel, steps: list, times: list, b: int,
     if not fits:
         worst = max(stage_rows, key=lambda r: r["ledger"]["peak"])
         warnings.insert(0, capacity_warning(worst["ledger"]["peak"], machine, f"a device of stage {worst['stage']}"))
-    return result.with_(rates=rates, devices=devices, warnings=warnings,
-                        ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}))
+    return replace(result, rates=rates, devices=devices, warnings=warnings,
+                   ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}))

@@ -2,17 +2,17 @@
 
 Owns: :class:`Result` and its groups (identity, time, rates, training, bytes, ledger,
 kernels, seed, devices, serving, warnings), :func:`build_result` (a timed step to a
-Result, asking the timing nothing it has not already answered), :func:`check_finite`
+Result, asking the timing nothing it has not already answered), :func:`finished`
 (no result holds NaN, an infinity, or no cycles for a step that takes time: it is
 refused, naming the machine figures that made it) and the serving figures
 (:func:`serving_figures`). A Result is the JSON (every key it has always had), so a
-script written against ``--json`` reads it unchanged, and carries its groups typed. The verdict's phrases live beside the row
-(:mod:`memwall.simulation.row`).
+script written against ``--json`` reads it unchanged, and carries its groups typed. The
+verdict's phrases are :mod:`memwall.simulation.verdict`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InputError
@@ -176,10 +176,6 @@ class Result(dict):
     def to_json(self) -> dict[str, Any]:
         return dict(self)
 
-    def with_(self, **changes: Any) -> Result:
-        """A copy with whole groups replaced (its JSON built afresh)."""
-        return Result(replace(self.groups, **changes))
-
 
 def _breakdown(compute: float, overhead: float, stall: dict[str, float], clock: float) -> dict:
     total = compute + overhead + sum(stall.values())
@@ -341,13 +337,14 @@ def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int =
     return out
 
 
-def check_finite(result: Result, machine: Machine) -> Result:
-    """``result``, or an InputError naming the machine figures that made it meaningless: a
-    number that is not finite (NaN, an infinity) anywhere in it, or no cycles for a step
-    that takes time (a clock so slow its cycles underflow). The loaders refuse such
-    figures first; this holds for a Machine built in a script, or a combination of
-    figures each of which is possible alone."""
-    bad = next(non_finite(result.to_json()), None)
+def finished(groups: Groups, machine: Machine) -> Result:
+    """The Result of ``groups``, or an InputError naming the machine figures that made it
+    meaningless: a number that is not finite (NaN, an infinity) anywhere in it, or no
+    cycles for a step that takes time (a clock so slow its cycles underflow). The loaders
+    refuse such figures first; this holds for a Machine built in a script, or a
+    combination of figures each of which is possible alone."""
+    result = Result(groups)
+    bad = next(non_finite(result), None)
     if bad is None and not (result["seconds"] > 0 and not result["cycles"]["total"] > 0):
         return result
     what = (f"{bad[0]} is {bad[1]!r}" if bad is not None
@@ -359,9 +356,14 @@ def check_finite(result: Result, machine: Machine) -> Result:
 
 
 def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Result:
-    """The result of one device's ``timing`` of ``step`` (the whole step on one device, or
-    the slowest device's share, which :mod:`memwall.simulation.devices` then widens),
-    refused by :func:`check_finite` if a figure made it meaningless."""
+    """The result of a step's ``timing`` on one device, refused by :func:`finished` if a
+    figure made it meaningless."""
+    return finished(build_groups(case, step, timing, fallback), timing.machine)
+
+
+def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Groups:
+    """The groups of one device's ``timing`` of ``step`` (the whole step on one device, or
+    the slowest device's share, which :mod:`memwall.simulation.devices` then widens)."""
     machine = timing.machine
     seconds = timing.seconds
     dtype = step.kernels[0].dtype if step.kernels else case.dtype
@@ -371,7 +373,7 @@ def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
     if fallback is not None:
         warnings.append(fallback["warning"])
     cfg = step.config
-    return check_finite(Result(Groups(
+    return Groups(
         identity=Identity(machine=machine.id, machine_name=machine.name, year=machine.year, kind=machine.kind,
                           balance=machine.balance(), network=case.network,
                           gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
@@ -392,4 +394,4 @@ def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         warnings=warnings,
         serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,
         dtype_fallback={k: v for k, v in fallback.items() if k != "warning"} if fallback is not None else None,
-    )), machine)
+    )

@@ -99,7 +99,7 @@ def machine_info(spec: str) -> MachineInfo:
     name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
     # A profile given as a file is named by its id, as a shipped one is (the row, the
     # tables and the figures show ids; the spec stays the case's, for its key).
-    shown = spec if not _is_path(base) else m.id + spec[len(base):]
+    shown = spec if not is_path(base) else m.id + spec[len(base):]
     return MachineInfo(
         id=shown, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
         peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
@@ -116,7 +116,8 @@ def network_info(net_id: str) -> NetworkInfo:
     return NetworkInfo(id=net_id, fingerprint=_fingerprint(_content(net.as_dict())), seq_len=net.seq_len)
 
 
-def _is_path(spec: str) -> bool:
+def is_path(spec: str) -> bool:
+    """Whether a machine or network spec names a file rather than a shipped id."""
     return spec.endswith(".toml") or "/" in spec or "\\" in spec
 
 

@@ -34,6 +34,7 @@ from ..vocabulary import (
     SERVING_PHASES,
     parse_checkpoint,
 )
+from .identity import is_path
 
 METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
@@ -285,15 +286,10 @@ def _check_workload(raw: dict[str, Any], values: dict[str, Any], problems: Probl
         _check_step(raw, values, add)
 
 
-def is_network_path(value: str) -> bool:
-    """Whether a measurement's ``network`` names a file rather than a preset id."""
-    return "/" in value or "\\" in value or value.endswith(".toml")
-
-
 def resolve_network(value: str, file: str | Path | None) -> str:
     """A ``network`` path, relative to the measurement file, as an absolute path inside the
     measurement folder tree (the file's own folder and its subfolders); an id unchanged."""
-    if not is_network_path(value):
+    if not is_path(value):
         return value
     if file is None:
         raise InputError(f"network {value!r} is a path, but the measurement was not read from a file",
@@ -318,7 +314,7 @@ def _measurements(raw: list[Any], values: list[dict[str, Any]], problems: Proble
         ident = checked.get("id")
         where = f"measurement[{ident}]" if ident else f"measurement[{index}]"
         _check_workload(table, checked, problems, where)
-        if isinstance(checked.get("network"), str) and is_network_path(checked["network"]):
+        if isinstance(checked.get("network"), str) and is_path(checked["network"]):
             try:
                 checked["network_file"] = resolve_network(checked["network"], problems.file)
             except InputError as err:

@@ -38,7 +38,8 @@ from typing import Any
 from ..errors import InputError
 from ..options import Case
 from ..options import names as option_names
-from .measurements import Measurement, is_network_path
+from .identity import is_path
+from .measurements import Measurement
 
 Predictor = Callable[[Case], Mapping[str, Any]]
 
@@ -169,7 +170,7 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
         if machines is not None and m.machine not in machines and not m.machine.endswith(".toml"):
             status, error = "unknown machine", f"no machine profile {m.machine!r}"
         elif networks is not None and m.network is not None and m.network not in networks \
-                and not is_network_path(m.network):
+                and not is_path(m.network):
             status, error = "unknown network", f"no network preset {m.network!r}"
         else:
             try:
