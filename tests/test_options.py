@@ -177,3 +177,21 @@ def test_inputs_that_used_to_raise_are_one_line_errors(capsys, tmp_path):
     assert "field 'gemm'" in capsys.readouterr().err
     assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--batch", str(10**17)]) == 2
     assert "field 'batch'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1e3", "two"])
+def test_a_bad_max_positions_is_one_line_naming_it(value, capsys):
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--max-positions", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "field 'max_positions': must be a whole number >= 1" in err
+
+
+def test_a_position_table_too_large_to_address_names_max_positions_not_batch(capsys):
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--max-positions", str(10**23)]) == 2
+    assert "field 'max_positions'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1e99"])
+def test_a_bad_scheduler_timeout_says_its_bounds(value, tmp_path):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "--scheduler-timeout", value, "--out", str(tmp_path)])

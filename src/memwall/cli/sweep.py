@@ -67,8 +67,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < 1e6:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, got {text!r}")
+    if not 0 < value <= 1e5:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected seconds, more than 0 and at most 1e5, got {text!r}")
     return value
 
 

@@ -39,8 +39,13 @@ def _addressable(step: Step, case: Case) -> Step:
     peak = step.ledger.peak
     if peak <= MAX_STEP_BYTES:
         return step
+    weights = step.ledger.as_dict().get("weights", 0)
     if case.gemm is not None:
         what, field = "--gemm " + ",".join(map(str, case.gemm)), "gemm"
+    elif weights > MAX_STEP_BYTES and case.max_positions is not None:  # the position table alone is too large
+        what, field = f"network {case.network} with --max-positions {case.max_positions}", "max_positions"
+    elif weights > MAX_STEP_BYTES:
+        what, field = f"network {case.network}", "network"
     else:
         what, field = f"network {case.network} at --batch {case.batch}", "batch"
     raise InputError(f"{what} needs {peak:.3g} bytes of operands at its peak, beyond the 2^62 bytes a 64-bit "
