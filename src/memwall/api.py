@@ -15,6 +15,7 @@ case is an :class:`memwall.errors.InputError` naming it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -63,9 +64,13 @@ def sweep(machine: str | Iterable[str], network: str | Iterable[str] | None = No
     check_cases(combined.cases)  # every machine, network and value checked before any case runs
     if combined.skipped:
         warnings.warn(combined.note(), stacklevel=2)
+    from tqdm import tqdm
+
     prepared = Prepared()
     rows = []
-    for case in combined.cases:
+    # disable=None: a bar on a terminal (a notebook's stderr too), nothing in a pipe
+    for case in tqdm(combined.cases, desc="memwall.sweep", unit="case", file=sys.stderr, disable=None,
+                     leave=False):
         try:
             result = run_case(case, max_lookups=max_lookups, allow_fallback=allow_fallback, prepared=prepared)
         except InputError as err:
