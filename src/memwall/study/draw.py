@@ -51,8 +51,7 @@ def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
     return own | {
         "balance_drift": (None, lambda: tb.balance_drift_data(machines if machines is not None
                                                               else tb.machine_table(_roofs(out)))),
-        "batch_window": (None, lambda: {"rows": tb.window_rows(rows), "model": tb.window_model(tb.window_rows(rows)),
-                                        "wide": tb.wide_window_rows(rows)}),
+        "batch_window": (None, lambda: _batch_window(rows)),
         "capacity_ledger": ((lambda: _network_inputs(tb.LEDGER_NETWORK, kind="ledger")) if ledger is None else None,
                             lambda: {"ledger": list(ledger if ledger is not None else tb.ledger_table())}),
         "roofline": (None, lambda: tb.roofline_data(out, rows)),
@@ -67,6 +66,11 @@ def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "tricks": (tb.tricks_inputs, lambda: {"ladder": tb.tricks_ladder()}),
         "gholami": (lambda: gh.gholami_inputs(gholami or {}), lambda: gh.gholami_data(gholami or {})),
     }
+
+
+def _batch_window(rows: Sequence[Row]) -> dict[str, Any]:
+    window = tb.window_rows(rows)
+    return {"rows": window, "model": tb.window_model(window), "wide": tb.wide_window_rows(rows)}
 
 
 def _validation(folder: Path) -> dict[str, Any] | None:
