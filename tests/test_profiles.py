@@ -330,3 +330,56 @@ def test_a_data_folder_listing_follows_files_added_and_removed(tmp_path: Path) -
     assert [p.name for p in toml_files(tmp_path)] == ["a.toml", "b.toml"]
     (tmp_path / "a.toml").unlink()
     assert [p.name for p in toml_files(tmp_path)] == ["b.toml"]
+
+
+def _h100_variant(tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    text = (era_data_dir() / "machines" / "h100-sxm.toml").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_files_real_problems_come_before_a_retired_key_and_its_shape_is_said_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A retired key, a staging level that does not exist and an L2 larger than main memory:
+    # the staging level is the real problem (said first, and by inspect), the retired key
+    # after it, and the level sizes as a warning although the file does not build.
+    path = _h100_variant(tmp_path, "h100-sxm.toml", ("[timing]\n", '[timing]\nlaunch_overhead = "5 us"\n'),
+                         ('staging = "smem"', 'staging = "nothere"'),
+                         ('value = "80 GiB"', 'value = "10 MiB"'))
+    _, errors, warnings = profiles.check_file(path)
+    assert [e.field for e in errors] == ["schedule.staging", "timing.launch_overhead"]
+    assert any(w.field == "level[L2].size" and "larger than main memory" in w.reason for w in warnings)
+    assert main(["inspect", "--machine", str(path), "--network", "gpt2-small"]) == 2
+    err = capsys.readouterr().err
+    assert "schedule.staging" in err and "and 1 more" in err and "launch_overhead" not in err
+
+
+def test_a_tile_that_cannot_fit_its_staging_level_is_refused(tmp_path: Path) -> None:
+    path = _h100_variant(tmp_path, "h100-sxm.toml", ("tile_m = 128", "tile_m = 100000"))
+    (err,) = profiles.validate_paths([path])
+    assert err.field == "schedule.tile_m" and "staging level 'smem'" in err.reason
+
+
+def test_a_result_of_a_misshapen_profile_carries_its_warnings(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # An id that is not the file's name, an L1 larger than its L2 and a memory of 2^62 B are
+    # legal, so the step runs, but inspect says each (not only `machines validate`).
+    path = _h100_variant(tmp_path, "mine.toml", ('value = "50 MiB"', 'value = "50 KiB"'),
+                         ('value = "80 GiB"', 'value = "4194304 TiB"'))
+    assert main(["inspect", "--machine", str(path), "--network", "gpt2-small", "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("'id'" in w and "differs from the file name 'mine'" in w for w in warnings)
+    assert any("level[smem].size" in w and "larger than the cache below it" in w for w in warnings)
+    assert any("memory.capacity" in w and "beyond any one device" in w for w in warnings)
+
+
+def test_no_shipped_profile_result_carries_a_shape_warning() -> None:
+    from memwall.plausibility import structure_warnings
+
+    for path in data_files("machines"):
+        if path.stem != "TEMPLATE":
+            assert structure_warnings(profiles.load_machine(path.stem)) == [], path.stem

@@ -405,6 +405,7 @@ def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
     ("h100-sxm@bw=", "is not a number"),
     ("h100-sxm@bw=1_000", "is not a number"),
     ("h100-sxm@clock=1e9", "the only setting after '@' is bw"),
+    ("h100-sxm@bw=1e-300", "within 1e-30 .. 1e+30 B/s"),  # refused before any case runs
 ])
 def test_a_bad_synthetic_machine_is_a_bad_bandwidth(tmp_path, capsys, spec, message):
     assert main(["sweep", "--machines", spec, "--out", str(tmp_path / "s"), "--no-progress"]) == 2
@@ -680,3 +681,17 @@ def test_the_sweep_refuses_a_case_over_the_limit_before_any_worker_runs(tmp_path
     assert not ran
     (row,) = result.rows
     assert row["status"] == "error" and "line lookups" in row["error"] and "--max-lookups" in row["error"]
+
+
+def test_a_killed_figure_writers_temp_files_are_removed_by_the_next_draw(small_sweep):
+    from memwall.execute.store import read_rows
+    from memwall.study import draw
+
+    figures = small_sweep / "figures"
+    figures.mkdir(exist_ok=True)
+    stale = figures / ".regime_flip.json.abcd1234.tmp"
+    stale.write_text("{half")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    draw.write_figures(small_sweep, read_rows(small_sweep), only=["regime_flip"])
+    assert not stale.exists()

@@ -48,3 +48,13 @@ class InputError(ValueError):
             line=self.line if self.line is not None else line,
             field=field,
         )
+
+
+class RetiredField(InputError):
+    """A key memwall no longer reads (said with what replaces it). Listed after a file's
+    other problems: a retired key is easy to fix and seldom the reason a profile is wrong."""
+
+
+def real_first(errors: list[InputError]) -> list[InputError]:
+    """``errors`` with every :class:`RetiredField` moved after the others, order kept."""
+    return sorted(errors, key=lambda err: isinstance(err, RetiredField))

@@ -9,11 +9,14 @@ that is not finite (:func:`implausible_figures`, :func:`suspect_figures`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .schema import Problems
 
 if TYPE_CHECKING:
+    from .levels import LevelSpec
     from .profiles import Machine
 
 # Figures outside these are legal but almost surely a unit slip: warned about, not refused.
@@ -21,9 +24,8 @@ PLAUSIBLE = {"clock": (1e5, 1e10), "bandwidth": (1e3, 1e17), "latency": (1e-11, 
 
 
 def plausibility(m: Machine, problems: Problems) -> None:
-    """Warnings for figures that are legal but almost surely wrong (a unit slip, a swapped level)."""
-    if m.path is not None and m.path.stem != m.id and m.path.stem != "TEMPLATE":
-        problems.add(f"id {m.id!r} differs from the file name {m.path.stem!r}", "id", warning=True)
+    """Warnings for figures that are legal but almost surely wrong (a unit slip); the
+    profile's shape is checked as it is read (:func:`structure`)."""
     lo, hi = PLAUSIBLE["clock"]
     if not lo <= m.clock_hz <= hi:
         problems.add(f"clock {m.clock_hz:g} Hz is outside {lo:g} .. {hi:g} Hz", "clock", warning=True)
@@ -32,14 +34,50 @@ def plausibility(m: Machine, problems: Problems) -> None:
         if value is not None and not lo <= value <= hi:
             problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
     _era_balance(m, problems)
-    for i, lv in enumerate(m.levels):
-        if lv.size > m.memory.capacity:
-            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than main memory ({m.memory.capacity} B)",
+
+
+# One device's main memory beyond this is a slip (a unit, a power of two): the largest
+# today hold hundreds of GB (shared/research), and 2^62 B also overflows the engine's
+# address space once the step's tensors are laid out in it.
+LARGEST_MEMORY = 2**50
+
+
+def structure(problems: Problems, path: Path | None, machine_id: object, capacity: object,
+              levels: Sequence[LevelSpec]) -> None:
+    """Warnings for a profile whose shape no machine has: an id that is not its file's
+    name, a level larger than main memory or than the cache below it, a memory beyond
+    :data:`LARGEST_MEMORY`. Checked as a file is read, even when it has errors (so all its
+    problems are said at once), and on every result of such a profile
+    (:func:`structure_warnings`): they hold for any bandwidth, unlike the era's bounds."""
+    if path is not None and isinstance(machine_id, str) and path.stem not in (machine_id, "TEMPLATE"):
+        problems.add(f"id {machine_id!r} differs from the file name {path.stem!r}", "id", warning=True)
+    if not isinstance(capacity, int):
+        return
+    if capacity > LARGEST_MEMORY:
+        problems.add(f"main memory of {capacity} B is beyond any one device's ({LARGEST_MEMORY} B = 1 PiB): "
+                     "a unit slip?", "memory.capacity", warning=True)
+    for i, lv in enumerate(levels):
+        if lv.size > capacity:
+            problems.add(f"level '{lv.name}' ({lv.size} B) is larger than main memory ({capacity} B)",
                          f"level[{lv.name}].size", warning=True)
-        below = next((x for x in m.levels[i + 1:] if not x.software_managed), None)
+        below = next((x for x in levels[i + 1:] if not x.software_managed), None)
         if below is not None and lv.size > below.size:
             problems.add(f"level '{lv.name}' ({lv.size} B) is larger than the cache below it, '{below.name}' "
                          f"({below.size} B)", f"level[{lv.name}].size", warning=True)
+
+
+def structure_warnings(m: Machine) -> list[str]:
+    """:func:`structure`'s warnings as one line each, naming the field (and the file)."""
+    problems = Problems()
+    structure(problems, m.path, m.id, m.memory.capacity, m.levels)
+    if problems.warnings and m.path is not None:  # placed at their lines, as `machines validate` places them
+        problems = Problems(str(m.path))
+        try:
+            problems.index(m.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeError):
+            pass
+        structure(problems, m.path, m.id, m.memory.capacity, m.levels)
+    return [str(w) for w in problems.warnings]
 
 
 # Machine balance by era, and the spread of one machine's peaks across its dtypes: a unit

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, RetiredField, real_first
 from .interconnect import Interconnect, Link
 from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
-from .plausibility import plausibility
+from .plausibility import plausibility, structure
 from .schema import Field, Problems, Table, read_toml, walk
 from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
 from .vocabulary import DISPATCH_MODES
@@ -135,7 +135,7 @@ def _mean_bytes(value: Any, context: dict[str, Any]) -> float:
 def _no_launch_overhead(value: Any, context: dict[str, Any]) -> Any:
     # A flat charge per kernel has no faithful translation into the asynchronous pipeline
     # (is it the host's cost or the device's?), so it is refused, not guessed.
-    raise InputError("launch_overhead is no longer read: state [timing.dispatch] instead, with default = "
+    raise RetiredField("launch_overhead is no longer read: state [timing.dispatch] instead, with default = "
                      "'eager' and eager = { host_issue = ..., device_gap = ... } (and graph, compiled); see "
                      "docs/timing.md, 'Dispatch'")
 
@@ -666,6 +666,15 @@ def _check_schedule(values: Mapping[str, Any], levels: list[LevelSpec], problems
                      f"({', '.join(names) or 'none'})", "schedule.staging")
     elif staging is not None and not names[staging].software_managed:
         problems.add(f"staging level {staging!r} must be software_managed (a scratchpad)", "schedule.staging")
+    elif staging is not None and all(isinstance(schedule.get(k), int) for k in ("tile_m", "tile_n", "tile_k")):
+        # A tile stages its A and B blocks together; even at one byte an element (fp8,
+        # the narrowest whole-byte dtype) they must fit the scratchpad they are staged in.
+        need = (schedule["tile_m"] + schedule["tile_n"]) * schedule["tile_k"]
+        if need > names[staging].size:
+            problems.add(f"a {schedule['tile_m']}x{schedule['tile_n']}x{schedule['tile_k']} tile stages "
+                         f"({schedule['tile_m']} + {schedule['tile_n']}) x {schedule['tile_k']} = {need} elements, "
+                         f"more bytes than its staging level {staging!r} holds ({names[staging].size} B)",
+                         "schedule.tile_m")
     if schedule.get("vector_length", 0) > timing.get("vector_length", float("inf")):
         problems.add(f"schedule.vector_length {schedule['vector_length']} exceeds the machine's "
                      f"timing.vector_length {timing['vector_length']}", "schedule.vector_length")
@@ -797,6 +806,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)
+    structure(problems, path, values.get("id"), values.get("memory", {}).get("capacity"), levels)
     primary = _primary_dtype(values, problems)
     _check_provenance(problems, values.get("sources", {}))
     if sets:
@@ -830,7 +840,7 @@ def check_file(path: str | Path) -> tuple[Machine | None, list[InputError], list
     machine = _build(path, problems)
     if machine is not None:
         plausibility(machine, problems)
-    return machine, problems.errors, problems.warnings
+    return machine, real_first(problems.errors), problems.warnings
 
 
 def load_machine_file(path: str | Path, sets: Mapping[str, str] | None = None) -> Machine:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, real_first
 from .units import SMALLEST
 
 # Version of the JSON documents the CLI prints (``"schema_version"`` in each). Raise it
@@ -253,13 +253,13 @@ class Problems:
             field = (prefix + err.field if err.field.startswith("[") else _join(prefix, err.field)) if prefix \
                 else err.field
         line = err.line if err.line is not None else self.line_of(field)
-        self.errors.append(InputError(err.reason, file=err.file or self.file, line=line, field=field))
+        self.errors.append(type(err)(err.reason, file=err.file or self.file, line=line, field=field))
 
     def raise_first(self, hint: str = "") -> None:
         """Raise the first problem, saying how many more there are."""
         if not self.errors:
             return
-        first = self.errors[0]
+        first = real_first(self.errors)[0]
         more = f" (and {len(self.errors) - 1} more{hint})" if len(self.errors) > 1 else ""
         raise InputError(first.reason + more, file=first.file, line=first.line, field=first.field)
 

@@ -35,6 +35,7 @@ def cached_predictor(folder: str | Path, predictor: Predictor | None = None) -> 
     from .store import Store
 
     store = Store(folder, content="result")
+    store.clean_temps()
     predict = predictor or default_predictor()
 
     def run(case: Case) -> Mapping[str, Any]:
@@ -95,10 +96,12 @@ def write_validation(out: str | Path, measurements: str | Path | None = None, *,
     of one device (a quick sweep's: the multi-device point checks take minutes to predict;
     ``memwall validate`` and the full sweep run them all)."""
     from ..study.measurements import load_measurements
-    from .store import atomic_write, write_csv
+    from .store import atomic_write, remove_stale_temps, write_csv
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out, "validation.json".__eq__)  # what a killed writer left
+    remove_stale_temps(out / "figures", "validation.csv".__eq__)
     measured = load_measurements(measurements)
     if one_device:
         measured = [m for m in measured if m.dp * m.tp * m.pp == 1]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Case
-from ..plausibility import implausible_figures, suspect_figures
+from ..plausibility import implausible_figures, structure_warnings, suspect_figures
 from ..profiles import Machine
 from ..seed import seed_model
 from ..text import non_finite
@@ -272,6 +272,7 @@ def capacity_warning(peak: int, machine: Machine, where: str = "the step") -> st
 
 def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
     out = [] if fits else [capacity_warning(peak, machine)]
+    out += structure_warnings(machine)
     # a what-if (--set) or a profile beyond every machine: legal, so run, but said
     out += [f"{shown} is outside the plausible {bounds}: the result describes no real machine"
             for _, shown, bounds in implausible_figures(machine)]

@@ -132,11 +132,12 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     quick sweep's) validates the one-device measurements only.
     """
     from ..canonical import dumps
-    from ..execute.store import atomic_write, write_csv
+    from ..execute.store import atomic_write, remove_stale_temps, write_csv
     from ..figures._style import save
 
     names = list(only) if only else list(NAMES)
     folder = Path(out) / "figures"
+    remove_stale_temps(folder, lambda final: final.endswith((".json", ".csv")))  # a killed writer's
     tables = makers(out, rows, machines=machines, ledger=ledger, gholami=gholami)
     written: dict[str, list[Path]] = {}
     for name in names:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..canonical import dumps
 from ..errors import InputError
+from ..units import LARGEST, SMALLEST
 
 if TYPE_CHECKING:
     from ..profiles import Machine
@@ -143,6 +144,9 @@ def parse_machine_spec(spec: str) -> tuple[str, float | None]:
     if not (bw > 0 and math.isfinite(bw)):
         raise InputError(f"synthetic machine '{spec}': bandwidth must be a positive, finite number of B/s, "
                          f"got {value!r}", field="machines")
+    if not SMALLEST <= bw <= LARGEST:  # the bounds --set and the profiles' files obey
+        raise InputError(f"synthetic machine '{spec}': bandwidth must be within {SMALLEST:g} .. {LARGEST:g} B/s "
+                         "(no machine is beyond, and the step's numbers would not be finite)", field="machines")
     return base, bw
 
 
