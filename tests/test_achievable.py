@@ -31,7 +31,7 @@ def test_a_compute_bound_product_slows_by_peak_over_ceiling() -> None:
     capped = run_case(case)
     a100 = load_machine("a100-sxm")
     free = run_case(case, machine=dataclasses.replace(a100, achievable_flops={}))
-    assert capped["bound"] == free["bound"] == "compute"
+    assert capped["bound_class"] == free["bound_class"] == "compute"
     assert capped["seconds"] / free["seconds"] == pytest.approx(312 / 271.2, rel=1e-3)
     # utilisation is quoted against the datasheet peak, as MFU is
     assert capped["peak_flops"] == pytest.approx(312e12)

@@ -183,9 +183,9 @@ def test_a_measurement_may_name_its_dispatch_mode(tmp_path):
 
 def test_sun3_nettalk_per_example_reads_arithmetic_bound():
     r = run_case(Case(machine="sun-3-260", network="nettalk", updates="per-example"))
-    assert r["bound"] == "compute" and r["bound_class"] == "compute"
+    assert r["bound"].startswith(("compute.", "issue_costs.")) and r["bound_class"] == "compute"
     assert r["memory_ratio"] < 1
-    assert r["verdict"].startswith("arithmetic-bound: memory time is")
+    assert r["verdict"].startswith(f"arithmetic-bound ({r['bound']}, elasticity ")
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "compiled"])
@@ -195,7 +195,8 @@ def test_h100_batch_1_is_dispatch_or_memory_bound_by_the_longer_stream(mode):
     d = r["dispatch"]
     assert d["mode"] == mode
     if d["host_seconds"] > d["device_seconds"]:
-        assert r["bound"] == "dispatch" and r["verdict"].startswith("dispatch-bound: the host issues")
+        assert r["bound_class"] == "dispatch" and r["bound"] == f"timing.dispatch.{mode}.host_issue"
+        assert r["verdict"].startswith("dispatch-bound (") and "the host issues" in r["verdict"]
     assert r["memory_ratio"] > 10
     assert r["seconds"] == pytest.approx(max(d["host_seconds"], d["device_seconds"]))
 
@@ -215,13 +216,14 @@ def test_host_stream_longer_reads_dispatch_bound():
     slow_host = {"timing.dispatch.eager.host_issue": "1 ms"}
     r = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=1),
                  machine=load_machine("h100-sxm", sets=slow_host))
-    assert r["bound"] == "dispatch" and r["dispatch"]["host_seconds"] > r["dispatch"]["device_seconds"]
+    assert r["bound_class"] == "dispatch" and r["dispatch"]["host_seconds"] > r["dispatch"]["device_seconds"]
+    assert r["bound"] == "timing.dispatch.eager.host_issue" and r["sensitivity"][r["bound"]] == pytest.approx(1, abs=0.01)
     assert "the host issues 192 kernels in" in r["verdict"]
 
 
 def test_h100_batch_16384_in_graph_mode_is_compute_bound():
     r = run_case(Case(machine="h100-sxm", network="affine-48x1024", batch=16384, dispatch="graph"))
-    assert r["bound"] == "compute"
+    assert r["bound_class"] == "compute" and r["bound"].startswith("compute.")
 
 
 def test_json_keeps_its_keys_and_adds_the_new_ones():
@@ -231,7 +233,7 @@ def test_json_keeps_its_keys_and_adds_the_new_ones():
         assert key in r
     assert set(r["dispatch"]) >= {"mode", "host_seconds", "device_seconds"}
     assert sum(r["time_by_component"].values()) == pytest.approx(r["seconds"])
-    assert r["bound"] == max(r["time_by_component"], key=r["time_by_component"].get)
+    assert r["bound"] in r["sensitivity"] and r["bound_class"] in r["bound_shares"]
     c = r["cycles"]
     assert c["total"] == pytest.approx(c["compute"] + c["overhead"] + sum(c["stall"].values()))
     for k in r["kernels"]:

@@ -38,7 +38,8 @@ def test_one_device_reproduces_the_numbers_from_before_devices_existed(index: in
     assert r["flops"] == golden["flops"]
     assert r["bytes"] == golden["bytes"]
     assert r["ledger"] == golden["ledger"]
-    assert r["bound"] == golden["bound"]
+    # the golden's "bound" was the largest component (a label the binding-resource rule replaced)
+    assert max(r["time_by_component"], key=r["time_by_component"].get) == golden["bound"]
     assert {k: v for k, v in r["time_by_component"].items() if k in golden["time_by_component"]} == \
         golden["time_by_component"]
     assert r["time_by_component"]["interconnect"] == r["time_by_component"]["bubble"] == 0.0
@@ -192,7 +193,8 @@ def test_multi_device_result_carries_devices_parallel_and_ledger(pipelined: dict
     assert r["interconnect_bytes"] > 0
     assert {"ledger", "fits"} <= set(r["stages"][0])
     assert sum(r["time_by_component"].values()) == pytest.approx(r["seconds"])
-    assert r["bound"] == max(r["time_by_component"], key=r["time_by_component"].get)
+    assert r["bound"] in r["sensitivity"] and r["bound_class"] in ("compute", "memory", "dispatch", "interconnect",
+                                                                  "mixed")
 
 
 def test_the_bubble_is_p_minus_1_slots_of_the_slowest_stage(pipelined: dict) -> None:

@@ -63,7 +63,7 @@ def test_affine_stack_on_an_accelerator_shows_both_regimes():
     assert small["bound_class"] in ("memory", "dispatch") and small["fraction_of_peak"] < 0.01
     # Not 0.8 of peak: the weight-gradient product (1024 x 1024 out) has 32 output tiles
     # and keeps 32 of the 132 SMs busy (waves; no split-K is modelled).
-    assert large["bound"] == "compute" and large["fraction_of_peak"] > 0.4
+    assert large["bound_class"] == "compute" and large["fraction_of_peak"] > 0.4
     assert large["stall_fraction"] < 0.05 < small["stall_fraction"]
 
 
@@ -233,7 +233,7 @@ def test_a_level_bandwidth_floor_binds_on_a_synthetic_machine():
         dataclasses.replace(lv, bandwidth=1e3) if isinstance(lv, LevelSpec) else lv for lv in base.levels
     ))
     r = run_case(Case(machine="vax-11-780", network="encoder-8-3-8", batch=1), machine=slow)
-    assert r["bound"] == base.cache_levels[0].name
+    assert r["bound"] == f"level.{base.cache_levels[0].name}.bandwidth" and r["bound_class"] == "memory"
 
 
 # --- the cost guard and the cut replay (issue 17, item 2) ------------------------------------

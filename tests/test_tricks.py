@@ -29,7 +29,7 @@ def test_a_machine_without_bf16_gets_fp16_and_the_1980s_only_batching():
 def test_time_per_token_counts_every_device():
     def fake(case):
         devices = case.dp * case.pp
-        return {"seconds": 2.0, "devices": devices, "bound": "compute",
+        return {"seconds": 2.0, "devices": devices, "bound": "compute.bf16", "bound_class": "compute",
                 "global_step": {"tokens": 1000 * case.batch * case.dp} if devices > 1 else None,
                 "optimizer_step": {"tokens": 1000 * case.batch}, "ledger": {"peak": 10}, "capacity":
                 {"memory": 100, "fits": True}}

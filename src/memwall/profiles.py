@@ -393,11 +393,12 @@ class DispatchSpec:
     def mode(self, name: str) -> DispatchMode:
         """A mode's figures; a mode the profile does not state runs as the next one up
         (compiled -> graph -> eager): a machine without graph capture replays nothing."""
+        return self.modes[self.stated(name)]
+
+    def stated(self, name: str) -> str:
+        """The mode whose figures ``name`` runs with (:meth:`mode`)."""
         order = DISPATCH_MODES[: DISPATCH_MODES.index(name) + 1][::-1]
-        for candidate in order:
-            if candidate in self.modes:
-                return self.modes[candidate]
-        return self.modes[self.default]
+        return next((candidate for candidate in order if candidate in self.modes), self.default)
 
 
 @dataclass(frozen=True)

@@ -137,9 +137,11 @@ def _crossover(case: Case, args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     print(printable(f"{out['network']} decode at context {out['context']} on {out['machine']}:"))
-    print(f"{'batch':>7} {'tokens/s':>12} {'s/token':>10}  bound")
+    print(f"{'batch':>7} {'tokens/s':>12} {'s/token':>10} {'mem/arith':>9}  bound")
     for r in out["rows"]:
-        print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10}  {r['bound']}"
+        ratio = f"{r['memory_ratio']:.3g}" if r["memory_ratio"] is not None else "-"
+        print(f"{r['batch']:>7} {r['tokens_per_second']:>12.4g} {format_time(r['seconds']):>10} {ratio:>9}  "
+              f"{r['bound_class']} ({r['bound']})"
               + ("" if r["fits"] else "  (does not fit)"))
     cb = out["compute_bound_at_batch"]
     if cb:

@@ -120,6 +120,12 @@ def fmt(value: Any) -> str:
     return f"{value:.4g}" if number and math.isfinite(value) else str(value)
 
 
+def bound_label(row: Row) -> str:
+    """What binds a case, for a hover: its class, then the figure (``memory (memory.bandwidth)``)."""
+    cls, figure = row.get("bound_class"), row.get("bound")
+    return f"{cls} ({figure})" if cls and figure and figure != cls else str(cls or figure or "")
+
+
 def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     return {"title": {"text": title}, "type": "log" if log else "linear", "exponentformat": "power", **extra}
 

@@ -14,6 +14,7 @@ from ._style import (
     _finish,
     _plt,
     axis,
+    bound_label,
     custom,
     e,
     empty_spec,
@@ -131,9 +132,9 @@ def _machine_traces(sel: Sequence[Row], model: Sequence[Row]) -> list[dict[str, 
         traces.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": [r["tokens"] for r in s],
                        "y": [r["fraction_of_peak"] for r in s], "line": {"color": colour},
                        "customdata": custom(s, ("name", "network", "batch", "tokens", "fraction_of_peak", "seconds",
-                                                lambda r: r.get("bound"))),
+                                                bound_label)),
                        "hovertemplate": hover(("machine", "network", "batch", "tokens", "of peak", "seconds",
-                                               "bound"))})
+                                               "binds"))})
         seed = [r for r in s if r.get("seed_fraction_of_peak")]
         if seed:
             traces.append({"type": "scatter", "mode": "lines", "name": f"{name}: seed model",

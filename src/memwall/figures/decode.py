@@ -8,7 +8,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..study.tables import ok_rows
-from ._style import COLOURS, _empty, _finish, _plt, axis, custom, empty_spec, hover, label, sources, spec
+from ._style import (
+    COLOURS,
+    _empty,
+    _finish,
+    _plt,
+    axis,
+    bound_label,
+    custom,
+    empty_spec,
+    hover,
+    label,
+    sources,
+    spec,
+)
 
 NUMBER = 10
 NAME = "decode"
@@ -41,7 +54,7 @@ def _panel(ax, sel: Sequence[Row], ctx: int, machines: Sequence[str], cmap) -> N
         ax.plot([r["batch"] for r in sub], [r["tokens_per_second"] for r in sub], color=colour, marker="o", ms=3,
                 label=label(sub[0]))
         for r in sub:
-            if r["bound"] == "compute":
+            if r["bound_class"] == "compute":
                 ax.plot(r["batch"], r["tokens_per_second"], "*", color=colour, ms=11)
             if _overfull(r):
                 ax.plot(r["batch"], r["tokens_per_second"], "x", color="k", ms=7)
@@ -89,11 +102,11 @@ def plotly(data: Row) -> dict[str, Any]:
                 "type": "scatter", "mode": "lines+markers", "name": f"{m}, context {ctx}",
                 "x": [r["batch"] for r in s], "y": [r["tokens_per_second"] for r in s],
                 "line": {"dash": "dot" if i else "solid", "color": COLOURS[k % 10]},
-                "marker": {"size": 8, "symbol": ["star" if r.get("bound") == "compute" else "x" if _overfull(r)
+                "marker": {"size": 8, "symbol": ["star" if r.get("bound_class") == "compute" else "x" if _overfull(r)
                                                  else "circle" for r in s]},
                 "customdata": custom(s, ("machine", "network", "batch", "context", "tokens_per_second",
-                                         lambda r: r.get("bound"), "max_batch_that_fits")),
-                "hovertemplate": hover(("machine", "network", "batch", "context", "tokens/s", "bound",
+                                         bound_label, "max_batch_that_fits")),
+                "hovertemplate": hover(("machine", "network", "batch", "context", "tokens/s", "binds",
                                         "largest batch that fits"))})
             k += 1
     return spec(traces, xaxis=axis("batch (sequences decoding together)", True),

@@ -8,7 +8,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..study.tables import no_reuse_intensity, per_example_rows
-from ._style import COLOURS, _empty, _finish, _plt, axis, custom, e, empty_spec, hover, sources, spaced, spec
+from ._style import (
+    COLOURS,
+    _empty,
+    _finish,
+    _plt,
+    axis,
+    bound_label,
+    custom,
+    e,
+    empty_spec,
+    hover,
+    sources,
+    spaced,
+    spec,
+)
 
 NUMBER = 2
 NAME = "regime_flip"
@@ -147,10 +161,10 @@ def flip_spec(rows: Sequence[Row], connect: bool) -> dict[str, Any]:
             "marker": {"size": 8, "color": colour,
                        "symbol": ["circle-open" if r.get("weights_on_chip") else "circle" for r in s]},
             "customdata": custom(s, (lambda r: r.get("name") or r["machine"], "network", "balance", "stall_fraction",
-                                     "memory_ratio", "overhead_fraction", "seconds", lambda r: r.get("bound"),
+                                     "memory_ratio", "overhead_fraction", "seconds", bound_label,
                                      lambda r: "yes (hollow)" if r.get("weights_on_chip") else "no")),
             "hovertemplate": hover(("machine", "network", "balance", "stall fraction", "memory ÷ arithmetic time",
-                                    "overhead share", "seconds", "bound", "weights fit on chip"))})
+                                    "overhead share", "seconds", "binds", "weights fit on chip"))})
         seed = [r for r in s if r.get("seed_memory_ratio")]
         if use_ratio and seed:
             traces.append({"type": "scatter", "mode": "lines", "name": f"{net}: seed model β / I",

@@ -17,6 +17,7 @@ from ._style import (
     _finish,
     _plt,
     axis,
+    bound_label,
     empty_spec,
     fmt,
     hover,
@@ -90,9 +91,9 @@ def breakdown_spec(rows: Sequence[Row], label_of: Callable[[Row], str], levels: 
     for name, col, colour in parts(levels, "overhead (launch, start-up)"):
         vals = [r.get(col) or 0 for r in rows]
         t: dict[str, Any] = {"type": "bar", "name": name, "marker": {"color": colour},
-                             "customdata": [[labels[i], fmt(vals[i]), fmt(r.get("seconds")), r.get("bound")]
+                             "customdata": [[labels[i], fmt(vals[i]), fmt(r.get("seconds")), bound_label(r)]
                                             for i, r in enumerate(rows)],
-                             "hovertemplate": hover(("case", f"{name} share", "seconds", "bound"))}
+                             "hovertemplate": hover(("case", f"{name} share", "seconds", "binds"))}
         if horizontal:
             t.update(orientation="h", x=vals, y=labels)
         else:

@@ -7,7 +7,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._style import STALL_COLOURS, _empty, _finish, _plt, axis, custom, empty_spec, hover, sources, spec
+from ._style import (
+    STALL_COLOURS,
+    _empty,
+    _finish,
+    _plt,
+    axis,
+    bound_label,
+    custom,
+    empty_spec,
+    hover,
+    sources,
+    spec,
+)
 
 NUMBER = 14
 NAME = "tricks"
@@ -77,9 +89,9 @@ def plotly(data: Row) -> dict[str, Any]:
                            "x": names, "y": [r[key] for r in rows],
                            "marker": {"line": {"width": [0 if r["fits"] else 2 for r in rows], "color": "#888"}},
                            "customdata": custom(rows, ("trick", "seconds_per_token", "device_bytes",
-                                                       lambda r: "yes" if r["fits"] else "no", "bound")),
+                                                       lambda r: "yes" if r["fits"] else "no", bound_label)),
                            "hovertemplate": hover(("trick", "seconds per token", "bytes a device holds", "fits",
-                                                   "bound"))})
+                                                   "binds"))})
     return spec(traces, grid={"rows": 1, "columns": 2, "pattern": "independent"}, barmode="group",
                 yaxis=axis("seconds per token, one device", True),
                 yaxis2=axis("bytes one device holds at its peak", True))

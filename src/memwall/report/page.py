@@ -110,7 +110,7 @@ def _cell(key: str, value: Any) -> str:
 # is shown when any row has it.
 RESULTS_TABLE = ("machine", "year", "kind", "balance", "network", "batch", "seq_len", "checkpoint", "updates",
                  "phase", "context", "weights", "devices", "seconds", "stall_fraction", "memory_ratio",
-                 "fraction_of_peak", "cups", "tokens_per_second", "tokens_per_second_per_device", "bound")
+                 "fraction_of_peak", "cups", "tokens_per_second", "tokens_per_second_per_device", "bound_class", "bound")
 
 
 def results_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -124,7 +124,7 @@ def results_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
-TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "phase", "bound", "status", "error",
+TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "phase", "bound", "bound_class", "status", "error",
              "dtype", "key", "source", "status_", "derivation", "value", "id", "workload", "metric", "notes"}
 
 

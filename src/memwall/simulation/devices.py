@@ -18,7 +18,7 @@ from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
 from .plan import check_cost, plan_replay
-from .replay import _ticker
+from .replay import _ticker, replay_step
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step
@@ -50,16 +50,26 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     total = sum(p.lookups for p in plans)
     check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
     share = 1.0 / par.dp if par.zero >= 1 and config.training else 1.0
-    times = []
+    counters = []
     done = 0
-    for (stage, st), plan in zip(steps, plans, strict=True):
-        timing = simulate_step(machine, st, plan=plan, progress=_ticker(progress, total, done), dispatch=case.dispatch)
+    for plan in plans:
+        counters.append(replay_step(machine, plan, _ticker(progress, total, done)))
         done += plan.lookups
-        timing = sharded_update(accumulated(timing, k), share)
-        times.append(time_stage(ic, timing, communication(network, config, par, stage, st.ledger, st.tokens), k))
+
+    def stages(on: Machine) -> list:
+        """Each stage's device timed on ``on`` from the counts replayed once."""
+        return [time_stage(on.interconnect, sharded_update(accumulated(simulate_step(
+            on, st, plan=plan, dispatch=case.dispatch, counters=c), k), share),
+            communication(network, config, par, stage, st.ledger, st.tokens), k)
+            for (stage, st), plan, c in zip(steps, plans, counters, strict=True)]
+
+    def retime(on: Machine) -> float:
+        return time_pipeline(stages(on), par.pp, k)[1].seconds
+
+    times = stages(machine)
     b, device = time_pipeline(times, par.pp, k)
     step = steps[b][1]
-    groups = _whole_step(build_groups(case, step, device, fallback), par, steps, times, b, device)
+    groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device)
     if config.serving:  # every replica's tokens; the per-device rate beside them
         groups = replace(groups, serving=serving_figures(step, device.seconds, machine.memory.capacity,
                                                          devices=par.devices, replicas=par.dp))

@@ -24,6 +24,7 @@ from ..text import non_finite
 from ..timing import StepTiming, arithmetic_rate, word_widening
 from ..workloads.step import Step, activation_traffic, d_min
 from .columns import Column
+from .sensitivity import Retime, binding, sensitivity
 from .verdict import verdict
 
 
@@ -51,10 +52,12 @@ class Time:
 
     seconds: float
     stall_fraction: float
-    bound: str
-    bound_class: str
+    bound: str  # the --set path of the figure whose elasticity is largest
+    bound_class: str  # compute, memory, dispatch, startup, interconnect, or mixed
     memory_ratio: float | None
     verdict: str
+    sensitivity: dict[str, float]  # each timing figure's --set path -> d ln(seconds) / d ln(figure)
+    bound_shares: dict[str, float]  # each class's summed |elasticity|
     dispatch: dict[str, Any]
     time_by_component: dict[str, float]
     cycles: dict[str, Any]
@@ -356,16 +359,25 @@ def finished(groups: Groups, machine: Machine) -> Result:
     raise InputError(f"machine {machine.id}: {blame} ({what}); check the profile with 'memwall machines validate'")
 
 
-def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Result:
+def build_result(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None,
+                 retime: Retime | None = None) -> Result:
     """The result of a step's ``timing`` on one device, refused by :func:`finished` if a
-    figure made it meaningless."""
-    return finished(build_groups(case, step, timing, fallback), timing.machine)
+    figure made it meaningless; ``retime`` times the same counts on another machine (for
+    the sensitivity), None: the step's own seconds whatever the machine."""
+    return finished(build_groups(case, step, timing, fallback, retime), timing.machine)
 
 
-def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None) -> Groups:
+def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str, Any] | None = None,
+                 retime: Retime | None = None) -> Groups:
     """The groups of one device's ``timing`` of ``step`` (the whole step on one device, or
-    the slowest device's share, which :mod:`memwall.simulation.devices` then widens)."""
+    the slowest device's share, which :mod:`memwall.simulation.devices` then widens).
+    ``retime`` gives the seconds of the whole step on a machine with one figure moved
+    (:func:`memwall.simulation.sensitivity.sensitivity`)."""
     machine = timing.machine
+    seconds_of = retime or (lambda _: timing.seconds)
+    mode = timing.dispatch.mode if timing.dispatch is not None else None
+    elasticities = sensitivity(machine, seconds_of, mode, links=case.parallel.devices > 1) if timing.seconds > 0 else {}
+    binds = binding(elasticities, timing.memory_ratio, fallback=timing.bound_class)
     seconds = timing.seconds
     dtype = step.kernels[0].dtype if step.kernels else case.dtype
     ledger = step.ledger.as_dict()
@@ -380,8 +392,9 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
                           gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
                           checkpoint=case.checkpoint, updates=case.updates, phase=timing.phase, dtype=dtype),
         time=Time(seconds=seconds, stall_fraction=sum(timing.stall.values()) / seconds if seconds > 0 else 0.0,
-                  bound=timing.bound, bound_class=timing.bound_class, memory_ratio=timing.memory_ratio,
-                  verdict=verdict(timing), dispatch=_dispatch(timing), time_by_component=timing.time_by_component,
+                  bound=binds.bound, bound_class=binds.bound_class, memory_ratio=timing.memory_ratio,
+                  verdict=verdict(timing, binds, elasticities), sensitivity=elasticities,
+                  bound_shares=binds.shares, dispatch=_dispatch(timing), time_by_component=timing.time_by_component,
                   cycles=_breakdown(timing.compute, timing.overhead, timing.stall, machine.clock_hz)),
         rates=_rates(step, timing, dtype),
         training=Training(accumulate=cfg.accumulate, fusion=cfg.fusion,

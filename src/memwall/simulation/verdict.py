@@ -1,41 +1,62 @@
-"""The verdict: one line naming the largest component of a step's time, in its own phrase.
+"""The verdict: one line naming what binds a step, in its own phrase, with the numbers that say so.
 
-Owns: the phrase each bound (:data:`memwall.timing.NAMED_COMPONENTS`, or a memory level) gets
-(compute, dispatch, start-up, interconnect, bubble, a memory level), and how memory
-compares with arithmetic beside it.
+Owns: the phrase each binding class gets (compute, memory, dispatch, start-up,
+interconnect, mixed; :mod:`memwall.simulation.sensitivity` decides the class), and how
+memory compares with arithmetic beside it. A verdict starts ``arithmetic-bound`` only
+when the class is compute, and ``mixed:`` where the class and ``memory_ratio`` disagree.
 """
 
 from __future__ import annotations
 
-from ..timing import BUBBLE, COMPUTE, DISPATCH, INTERCONNECT, STARTUP, StepTiming
+from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP, StepTiming
 from ..units import format_time
+from .sensitivity import MEMORY, MIXED, Binding
 
 
-def verdict(timing: StepTiming) -> str:
-    """One line: the largest component of the step's time, and how memory compares with arithmetic."""
-    seconds, bound = timing.seconds, timing.bound
+def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]) -> str:
+    """One line: what binds the step (by its figures' elasticities), and how memory
+    compares with arithmetic."""
+    seconds = timing.seconds
     if seconds <= 0:
         return "empty step"
     parts = timing.time_by_component
-    share = f"{parts[bound] / seconds:.0%} of the step"
     ratio = timing.memory_ratio
     memory = f"memory time is {ratio:.3g}x arithmetic" if ratio is not None else "no arithmetic"
+    figure = f"{binding.bound}, elasticity {elasticities.get(binding.bound, 0.0):+.2f}"
+    cls = binding.bound_class
+    if cls == MIXED:
+        other = MEMORY if binding.resource == COMPUTE else COMPUTE
+        word = {COMPUTE: "arithmetic", MEMORY: "memory"}
+        return (f"mixed: the {word[binding.resource]} figures move the step most (summed |elasticity| "
+                f"{binding.shares.get(binding.resource, 0.0):.2f} against {word[other]}'s "
+                f"{binding.shares.get(other, 0.0):.2f}; {figure}) yet {memory}: some kernels wait on one, "
+                "the rest on the other")
+    if cls == COMPUTE:
+        return f"arithmetic-bound ({figure}): {memory} (arithmetic is {parts[COMPUTE] / seconds:.0%} of the step)"
     d = timing.dispatch
-    if bound == COMPUTE:
-        return f"arithmetic-bound: {memory} (arithmetic is {share})"
-    if bound == DISPATCH and d is not None:
+    if cls == DISPATCH and d is not None:
         if d.host_bound:
-            return (f"dispatch-bound: the host issues {d.launches} kernels in {format_time(d.host_seconds)} "
-                    f"while the device works {format_time(d.device_seconds)} ({d.mode}; {memory})")
+            return (f"dispatch-bound ({figure}): the host issues {d.launches} kernels in "
+                    f"{format_time(d.host_seconds)} while the device works {format_time(d.device_seconds)} "
+                    f"({d.mode}; {memory})")
         if d.synchronous:
-            return (f"dispatch-bound: issuing {d.launches} kernels takes {format_time(d.host_seconds)}, "
-                    f"{share} ({d.mode}; {memory})")
-        return (f"dispatch-bound: the device's gaps between {d.launches} kernels take "
+            return (f"dispatch-bound ({figure}): issuing {d.launches} kernels takes {format_time(d.host_seconds)}, "
+                    f"{d.host_seconds / seconds:.0%} of the step ({d.mode}; {memory})")
+        return (f"dispatch-bound ({figure}): the device's gaps between {d.launches} kernels take "
                 f"{format_time(parts[DISPATCH])} of its {format_time(d.device_seconds)} ({d.mode}; {memory})")
-    if bound == STARTUP:
-        return f"startup-bound: vector start-up is {share} ({memory})"
-    if bound == INTERCONNECT:
-        return f"interconnect-bound: the device waits on its links for {share} ({memory})"
-    if bound == BUBBLE:
-        return f"bubble-bound: the pipeline's fill and drain idle the device for {share} ({memory})"
-    return f"memory-bound ({bound}): {memory}; {bound} stalls are {share}"
+    if cls == STARTUP:
+        return f"startup-bound ({figure}): vector start-up is {parts[STARTUP] / seconds:.0%} of the step ({memory})"
+    if cls == INTERCONNECT:
+        return (f"interconnect-bound ({figure}): the device waits on its links for "
+                f"{parts[INTERCONNECT] / seconds:.0%} of the step ({memory})")
+    level = level_of(binding.bound)
+    stalls = f"; {level} stalls are {parts[level] / seconds:.0%} of the step" if level in parts else ""
+    return f"memory-bound ({figure}): {memory}{stalls}"
+
+
+def level_of(path: str) -> str:
+    """The memory level a memory figure belongs to: ``level.L2.bandwidth`` -> ``L2``; the
+    main memory's figures (and the bytes in flight to it, the memory-level parallelism,
+    the ports) -> ``memory``."""
+    head, _, rest = path.partition(".")
+    return rest.rpartition(".")[0] if head == "level" else MEMORY

@@ -53,13 +53,14 @@ def decode_crossovers(case: Case, *, run: Callable[[Case], Mapping[str, Any]] = 
         r = run(replace(case, batch=batch))
         sv = r["serving"]
         fits = r["capacity"]["fits"]
-        rows.append({"batch": batch, "bound": r["bound"], "seconds": r["seconds"],
+        rows.append({"batch": batch, "bound": r["bound"], "bound_class": r["bound_class"],
+                     "memory_ratio": r["memory_ratio"], "seconds": r["seconds"],
                      "tokens_per_second": sv["tokens_per_second"], "fits": fits})
         # a batch that does not fit ends the doubling, and is no answer: its memory is not there
         warnings.update(dict.fromkeys(w for w in r.get("warnings", ()) if fits or "at its peak" not in w))
         if not fits:
             break
-        if r["bound"] == "compute":
+        if r["bound_class"] == "compute":  # the binding resource's rule: never at memory_ratio > 1.05
             compute_batch = batch
             break
         batch *= 2

@@ -79,5 +79,5 @@ def tricks_table(cases: Sequence[tuple[str, str, Mapping[str, Any], tuple[str, .
                     "seconds_per_token": r["seconds"] * devices / tokens,
                     "device_bytes": r["ledger"]["peak"], "capacity": r["capacity"]["memory"],
                     "fits": r["capacity"]["fits"],
-                    "bound": r["bound"], "mfu": r.get("mfu")})
+                    "bound": r["bound"], "bound_class": r["bound_class"], "mfu": r.get("mfu")})
     return out

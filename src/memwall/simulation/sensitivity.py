@@ -1,0 +1,195 @@
+"""Which machine figure binds a step, measured: d ln(seconds) / d ln(figure) for each timing
+figure of the profile, by timing the same counts again on a machine with that figure moved.
+
+Owns: the timing figures and the resource class each belongs to (:func:`figure_class`),
+a machine with one figure scaled (:func:`scaled`), the elasticities
+(:func:`sensitivity`) and the binding resource read from them (:func:`binding`: the
+figure with the largest elasticity, the class whose figures' elasticities sum highest,
+and ``mixed`` where that class disagrees with ``memory_ratio``). docs/timing.md,
+"The binding resource", states the rule.
+
+No replay is repeated: the engine's counts depend on the caches' geometry, never on a
+bandwidth, latency, peak or dispatch cost (memwall.simulation.replay.replay_key), so a
+step is re-timed, not re-simulated.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from ..interconnect import Link
+from ..profiles import Machine
+from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP
+
+MEMORY, MIXED = "memory", "mixed"
+Retime = Callable[[Machine], float]  # the step's seconds, its counts timed on another machine
+STEP = 0.01  # each figure is moved by 1 % each way: a central difference of ln(seconds)
+# memory_ratio beyond these disagrees with a compute (above) or memory (below) class: mixed
+MIXED_ABOVE, MIXED_BELOW = 1.05, 0.95
+# Figures that set other figures' scale (the clock times every rate stated in cycles) are
+# listed but neither name the bound nor count in a class: the figures they scale do.
+SCALE_ONLY = ("clock",)
+
+_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
+    (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+|timing\.outer_product", COMPUTE),
+    (r"memory\.(bandwidth|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
+     r"|timing\.(mlp|memory_ports)", MEMORY),
+    (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
+    (r"timing\.startup", STARTUP),
+    (r"interconnect\.(node|cluster)\.(bandwidth|latency)", INTERCONNECT),
+    (r"clock", "scale"),
+))
+
+
+def figure_class(path: str) -> str | None:
+    """The resource a timing figure belongs to (compute, memory, dispatch, startup,
+    interconnect; ``scale`` for the clock), or None for a figure that is not a rate,
+    latency or cost (a size, a count of units, a flag)."""
+    return next((c for pattern, c in _CLASSES if pattern.fullmatch(path)), None)
+
+
+def timing_figures(machine: Machine, dispatch: str | None = None, links: bool = True) -> list[str]:
+    """The ``--set`` paths of the machine's timing figures that it states (a positive
+    number), in a fixed order: clock, arithmetic, memory, dispatch, start-up, links.
+    ``dispatch`` (a mode) keeps only the figures of the mode the step is issued in;
+    ``links`` False leaves out the interconnect (a step on one device never uses it)."""
+    paths = ["clock"]
+    paths += [f"compute.{d}" for d in machine.peak_flops]
+    paths += [f"compute.vector.{d}" for d in machine.vector_flops]
+    paths += [f"compute.achievable.{d}" for d in machine.achievable_flops]
+    paths += [f"issue_costs.{op}" for op in machine.issue_costs]
+    paths += [f"level.{lv.name}.{key}" for lv in machine.levels for key in ("bandwidth", "latency")]
+    paths += ["memory.bandwidth", "memory.latency", "schedule.bytes_in_flight"]
+    paths += [f"timing.{key}" for key in machine.timing.params]
+    if machine.dispatch is not None:
+        used = machine.dispatch.stated(dispatch) if dispatch is not None else None
+        paths += [f"timing.dispatch.{mode}.{key}" for mode in machine.dispatch.modes if used in (None, mode)
+                  for key in ("host_issue", "device_gap", "step_issue")]
+    if machine.interconnect is not None and links:
+        paths += [f"interconnect.{link}.{key}" for link in ("node", "cluster") for key in ("bandwidth", "latency")]
+    return [p for p in paths if figure_class(p) is not None and _value(machine, p) is not None]
+
+
+def _value(machine: Machine, path: str) -> float | None:
+    try:
+        value = _get(machine, path)
+    except (KeyError, AttributeError, StopIteration, TypeError):
+        return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def _get(machine: Machine, path: str) -> object:
+    head, _, rest = path.partition(".")
+    if path == "clock":
+        return machine.clock_hz
+    if head == "compute":
+        table, _, dtype = rest.rpartition(".")
+        return {"": machine.peak_flops, "vector": machine.vector_flops, "achievable": machine.achievable_flops}[table][dtype]
+    if head == "issue_costs":
+        return machine.issue_costs[rest]
+    if head == "memory":
+        return getattr(machine.memory, rest)
+    if head == "level":
+        name, _, key = rest.rpartition(".")
+        return getattr(next(lv for lv in machine.levels if lv.name == name), key)
+    if head == "schedule":
+        return machine.schedule.params[rest]
+    if head == "timing" and rest.startswith("dispatch."):
+        _, mode, key = rest.split(".")
+        return getattr(machine.dispatch.modes[mode], key)  # type: ignore[union-attr]
+    if head == "timing":
+        return machine.timing.params[rest]
+    if head == "interconnect":
+        link, _, key = rest.partition(".")
+        return getattr(getattr(machine.interconnect, link), key)
+    raise KeyError(path)
+
+
+def scaled(machine: Machine, path: str, factor: float) -> Machine:
+    """``machine`` with the figure at ``path`` (a ``--set`` path) multiplied by ``factor``."""
+    head, _, rest = path.partition(".")
+    if path == "clock":
+        return replace(machine, clock_hz=machine.clock_hz * factor)
+    if head == "compute":
+        table, _, dtype = rest.rpartition(".")
+        attr = {"": "peak_flops", "vector": "vector_flops", "achievable": "achievable_flops"}[table]
+        return replace(machine, **{attr: _times(getattr(machine, attr), dtype, factor)})
+    if head == "issue_costs":
+        return replace(machine, issue_costs=_times(machine.issue_costs, rest, factor))
+    if head == "memory":
+        return replace(machine, memory=replace(machine.memory, **{rest: getattr(machine.memory, rest) * factor}))
+    if head == "level":
+        name, _, key = rest.rpartition(".")
+        return replace(machine, levels=tuple(replace(lv, **{key: getattr(lv, key) * factor}) if lv.name == name
+                                             else lv for lv in machine.levels))
+    if head == "schedule":
+        return replace(machine, schedule=replace(machine.schedule, params=_times(machine.schedule.params, rest, factor)))
+    if head == "timing" and rest.startswith("dispatch."):
+        _, mode, key = rest.split(".")
+        spec = machine.dispatch
+        assert spec is not None
+        modes = dict(spec.modes)
+        modes[mode] = replace(modes[mode], **{key: getattr(modes[mode], key) * factor})
+        return replace(machine, dispatch=replace(spec, modes=modes))
+    if head == "timing":
+        return replace(machine, timing=replace(machine.timing, params=_times(machine.timing.params, rest, factor)))
+    if head == "interconnect":
+        ic = machine.interconnect
+        assert ic is not None
+        name, _, key = rest.partition(".")
+        link: Link = getattr(ic, name)
+        return replace(machine, interconnect=replace(ic, **{name: replace(link, **{key: getattr(link, key) * factor})}))
+    raise KeyError(path)
+
+
+def _times(table: Mapping[str, float], key: str, factor: float) -> dict:
+    return {**table, key: table[key] * factor}
+
+
+def sensitivity(machine: Machine, retime: Retime, dispatch: str | None = None,
+                links: bool = True) -> dict[str, float]:
+    """Each timing figure's ``--set`` path -> d ln(seconds) / d ln(figure), from
+    ``retime`` (the step's seconds on a machine) with the figure moved :data:`STEP` each
+    way. Negative for a rate (more bandwidth, less time), positive for a latency or a
+    cost, 0 for a figure the step never waits on; rounded to 4 places. ``dispatch`` and
+    ``links`` leave out figures the step cannot use (:func:`timing_figures`)."""
+    out: dict[str, float] = {}
+    up, down = 1.0 + STEP, 1.0 / (1.0 + STEP)
+    for path in timing_figures(machine, dispatch, links):
+        faster, slower = retime(scaled(machine, path, up)), retime(scaled(machine, path, down))
+        e = math.log(faster / slower) / (2 * math.log(up)) if faster > 0 and slower > 0 else 0.0
+        out[path] = round(e, 4) + 0.0  # + 0.0: no -0.0 in the JSON
+    return out
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What binds a step: the figure, its class, and the class by the rule with memory_ratio."""
+
+    bound: str  # the --set path of the figure with the largest |elasticity|
+    resource: str  # the class whose figures' |elasticities| sum highest
+    bound_class: str  # resource, or mixed where it contradicts memory_ratio
+    shares: dict[str, float]  # each class's summed |elasticity|
+
+
+def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallback: str = COMPUTE) -> Binding:
+    """The binding figure and class of a step from its :func:`sensitivity`. ``fallback``
+    names the class when no figure moves the step (an empty step)."""
+    classed = {p: abs(e) for p, e in elasticities.items() if figure_class(p) not in (None, "scale")}
+    shares: dict[str, float] = {}
+    for p, e in classed.items():
+        cls = figure_class(p)
+        assert cls is not None
+        shares[cls] = shares.get(cls, 0.0) + e
+    if not classed or max(classed.values()) == 0:
+        return Binding(fallback, fallback, fallback, shares)
+    bound = max(classed, key=lambda p: classed[p])  # the first such: the profile's order breaks a tie
+    resource = max(shares, key=lambda c: shares[c])
+    cls = resource
+    if memory_ratio is not None and ((resource == COMPUTE and memory_ratio > MIXED_ABOVE)
+                                     or (resource == MEMORY and memory_ratio < MIXED_BELOW)):
+        cls = MIXED
+    return Binding(bound, resource, cls, {c: round(v, 4) for c, v in shares.items()})

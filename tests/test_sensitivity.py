@@ -1,0 +1,101 @@
+"""The binding resource is measured: each timing figure's elasticity, the bound figure, its
+class, and labels that never contradict memory_ratio (docs/timing.md, "The binding resource")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memwall.options import make_case
+from memwall.profiles import load_machine
+from memwall.simulation import run_case
+from memwall.simulation.sensitivity import MIXED, binding, figure_class, scaled, timing_figures
+
+CASES = [
+    dict(machine="h100-sxm", network="gpt2-small", batch=8),  # the label read arithmetic-bound at 1.71x
+    dict(machine="cray-1", network="nettalk", updates="per-example"),  # and here at 1.77x
+    dict(machine="convex-c1", network="nettalk", updates="per-example"),
+    dict(machine="vax-11-780-fpa", network="nettalk", updates="per-example"),
+    dict(machine="h100-sxm", network="affine-48x1024", batch=16384),
+    dict(machine="h100-sxm", network="affine-48x1024", batch=1),
+    dict(machine="a100-sxm", network="gpt2-small", batch=4, dp=2, tp=2),
+]
+
+
+@pytest.fixture(scope="module", params=range(len(CASES)), ids=[f"{c['machine']}-{c['network']}" for c in CASES])
+def result(request):
+    return run_case(make_case(**CASES[request.param]))
+
+
+def test_no_label_contradicts_memory_ratio(result):
+    ratio, cls, verdict = result["memory_ratio"], result["bound_class"], result["verdict"]
+    if ratio is not None and ratio > 1.05:
+        assert cls != "compute" and not verdict.startswith("arithmetic")
+    if ratio is not None and ratio < 0.95:
+        assert cls != "memory"
+    assert verdict.startswith("arithmetic-bound") == (cls == "compute")
+    assert verdict.startswith("mixed:") == (cls == MIXED)
+
+
+def test_the_bound_is_the_figure_with_the_largest_elasticity_and_its_class_sums_highest(result):
+    e = result["sensitivity"]
+    classed = {p: abs(v) for p, v in e.items() if figure_class(p) != "scale"}
+    assert result["bound"] == max(classed, key=classed.get)
+    shares = result["bound_shares"]
+    top = max(shares, key=shares.get)
+    assert result["bound_class"] in (top, MIXED)
+    assert shares[figure_class(result["bound"])] > 0
+
+
+def test_the_examples_of_the_issue_are_memory_bound():
+    for case in CASES[:3]:
+        r = run_case(make_case(**case))
+        assert r["memory_ratio"] > 1.05 and r["bound_class"] == "memory", (case, r["verdict"])
+
+
+@pytest.mark.parametrize("figure", ["memory.bandwidth", "compute.achievable.bf16", "timing.dispatch.eager.device_gap"])
+def test_an_elasticity_is_what_two_full_runs_with_the_figure_set_give(figure):
+    # Re-timing the same counts (no replay) must equal simulating machines whose figure was
+    # set by --set: the counts do not depend on rates, latencies or costs.
+    case = make_case(machine="h100-sxm", network="gpt2-small", batch=8)
+    base = load_machine("h100-sxm")
+    r = run_case(case, machine=base)
+    up = run_case(case, machine=scaled(base, figure, 1.01))["seconds"]
+    down = run_case(case, machine=scaled(base, figure, 1 / 1.01))["seconds"]
+    assert r["sensitivity"][figure] == pytest.approx(math.log(up / down) / (2 * math.log(1.01)), abs=1e-4)
+    assert r["sensitivity"][figure] != 0
+    value = {"memory.bandwidth": base.memory.bandwidth, "compute.achievable.bf16": base.achievable_flops["bf16"],
+             "timing.dispatch.eager.device_gap": base.dispatch.mode("eager").device_gap}[figure]
+    unit = {"memory.bandwidth": "B/s", "compute.achievable.bf16": "FLOP/s", "timing.dispatch.eager.device_gap": "s"}
+    set_up = load_machine("h100-sxm", sets={figure: f"'{value * 1.01!r} {unit[figure]}'"})
+    assert run_case(case, machine=set_up)["seconds"] == pytest.approx(up, rel=1e-12)
+
+
+def test_signs_rates_negative_costs_positive_and_unused_figures_zero():
+    r = run_case(make_case(machine="h100-sxm", network="affine-48x1024", batch=1))  # host-bound, eager
+    e = r["sensitivity"]
+    assert e["timing.dispatch.eager.host_issue"] == pytest.approx(1.0, abs=1e-3)
+    assert e["compute.fp64"] == 0.0 and e["memory.bandwidth"] == 0.0
+    assert not any(p.startswith(("timing.dispatch.graph", "interconnect.")) for p in e)  # not this step's
+    big = run_case(make_case(machine="h100-sxm", network="affine-48x1024", batch=16384))
+    assert big["sensitivity"]["compute.fp32"] < -0.9 and big["bound"] == "compute.fp32"
+
+
+def test_a_class_that_contradicts_memory_ratio_is_mixed():
+    e = {"compute.bf16": -0.6, "memory.bandwidth": -0.4}
+    assert binding(e, 1.5).bound_class == MIXED and binding(e, 1.5).resource == "compute"
+    assert binding(e, 1.0).bound_class == "compute"
+    assert binding({"compute.bf16": -0.3, "memory.bandwidth": -0.7}, 0.5).bound_class == MIXED
+    assert binding({"clock": -1.0, "memory.bandwidth": -0.2}, None).bound == "memory.bandwidth"
+
+
+def test_every_timing_figure_of_every_profile_can_be_scaled():
+    from memwall.data import data_files
+
+    for path in data_files("machines"):
+        if path.stem == "TEMPLATE":
+            continue
+        m = load_machine(path.stem)
+        for figure in timing_figures(m):
+            assert scaled(m, figure, 2.0) != m, (path.stem, figure)
