@@ -43,3 +43,33 @@ def test_every_result_and_row_carries_the_seed_beside_the_simulation():
     assert 0 < seed["seconds"] < result["seconds"]  # the seed leaves out dispatch, waves and misses
     row = make_row(case, result, None)
     assert row["seed_seconds"] == seed["seconds"] and row["seed_memory_ratio"] == seed["memory_ratio"]
+
+
+@pytest.mark.parametrize("machine, network, extra", [
+    ("cray-1", "nettalk", {"updates": "per-example"}),
+    ("vax-11-780", "nettalk", {"updates": "per-example"}),
+    ("h100-sxm", "gpt2-small", {"batch": 8, "accumulate": 2}),
+])
+def test_the_seed_gap_multiplies_the_seeds_ratio_into_the_simulations_on_the_same_quantity(machine, network, extra):
+    from memwall.options import make_case
+    from memwall.simulation import run_case
+
+    r = run_case(make_case(machine=machine, network=network, **extra))
+    gap = r["seed_gap"]
+    assert r["memory_ratio_micro"] == pytest.approx(
+        r["seed"]["memory_ratio"] * gap["traffic"] * gap["memory_term"] * gap["arithmetic"], rel=1e-9)
+    assert r["memory_ratio_micro"] > 0 and gap["traffic"] > 0
+
+
+def test_memory_ratio_micro_leaves_out_the_update_and_the_word_widening():
+    from memwall.options import make_case
+    from memwall.profiles import load_machine
+    from memwall.simulation import run_case
+
+    case = make_case(machine="cray-1", network="nettalk", updates="per-example")
+    words = run_case(case)
+    # The same machine with 32-bit floating point: each element moves at its own width.
+    narrow = run_case(case, machine=load_machine("cray-1", sets={"timing.subword_float": "true"}))
+    assert narrow["memory_ratio"] < words["memory_ratio"]  # the whole step's ratio counts words
+    assert narrow["memory_ratio_micro"] == pytest.approx(words["memory_ratio_micro"], rel=1e-9)
+    assert words["memory_ratio_micro"] < words["memory_ratio"]  # the per-example update is left out

@@ -230,6 +230,12 @@ def render(result: dict) -> str:
     if result.get("mfu") is not None and result["phase"] == "train":
         seed = f"; a = {result['a']:.4g} B/(d.token.layer), d_min {result['d_min']:.4g}" if result.get("a") else ""
         lines.append(f"MFU {100 * result['mfu']:.1f}%, HFU {100 * result['hfu']:.1f}% (fusion {result['fusion']}){seed}")
+    gap, seed_ratio = result.get("seed_gap"), (result.get("seed") or {}).get("memory_ratio")
+    if gap and seed_ratio:
+        lines.append(f"seed beside simulation (memory ÷ arithmetic, the micro-batch at the dtype's width): seed "
+                     f"{seed_ratio:.3g}, simulated {result['memory_ratio_micro']:.3g} = seed x traffic "
+                     f"{gap['traffic']:.3g} x memory term {gap['memory_term']:.3g} x arithmetic {gap['arithmetic']:.3g}; "
+                     f"whole step {result['memory_ratio']:.3g}")
     ledger = result["ledger"]
     lines.append(
         "capacity: peak "

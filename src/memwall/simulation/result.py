@@ -19,9 +19,9 @@ from ..errors import InputError
 from ..options import Case
 from ..plausibility import implausible_figures, structure_warnings, suspect_figures
 from ..profiles import Machine
-from ..seed import seed_model
+from ..seed import MICRO_PHASES, seed_model
 from ..text import non_finite
-from ..timing import StepTiming, arithmetic_rate, word_widening
+from ..timing import MEMORY, StepTiming, arithmetic_rate, word_widening
 from ..workloads.step import Step, activation_traffic, d_min
 from .columns import Column
 from .sensitivity import Retime, binding, sensitivity
@@ -106,6 +106,12 @@ class Seed:
     a: float | None
     d_min: float | None
     seed: dict[str, Any]
+    # memory ÷ arithmetic time of the micro-batch's kernels (no update), bytes at the
+    # dtype's width: the simulation's figure on the seed's own quantity (seed.memory_ratio)
+    memory_ratio_micro: float | None = None
+    # memory_ratio_micro ÷ seed.memory_ratio as a product of three mechanisms (docs/timing.md,
+    # "The seed model, beside the simulation")
+    seed_gap: dict[str, float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -256,16 +262,46 @@ def _rates(step: Step, timing: StepTiming, dtype: str | None) -> Rates:
                         "tokens_per_second": rate(k * tokens, seconds)})
 
 
-def _seed(step: Step, machine: Machine) -> Seed:
+def _seed(step: Step, machine: Machine, timing: StepTiming) -> Seed:
     """The seed model's ``a`` of this step and its pole d_min = a.beta/72 on this machine
-    (at its primary dtype's balance), and the whole back-of-the-envelope estimate of the
-    step at the step's own dtype (:mod:`memwall.seed`)."""
+    (at its primary dtype's balance), the whole back-of-the-envelope estimate of the
+    step at the step's own dtype (:mod:`memwall.seed`), and the simulation's memory ratio
+    on the seed's quantity with the gap between the two split by mechanism."""
     traffic = activation_traffic(step)
-    estimate = seed_model(step, arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
-                          machine.memory.bandwidth)
+    peak = arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False)
+    estimate = seed_model(step, peak, machine.memory.bandwidth)
+    micro, gap = _micro_ratio(step, machine, timing, estimate, peak)
     if traffic is None:
-        return Seed(None, None, estimate)
-    return Seed(traffic["a"], d_min(traffic["a"], machine.balance()), estimate)
+        return Seed(None, None, estimate, micro, gap)
+    return Seed(traffic["a"], d_min(traffic["a"], machine.balance()), estimate, micro, gap)
+
+
+def _micro_ratio(step: Step, machine: Machine, timing: StepTiming, estimate: dict[str, Any],
+                 peak: float) -> tuple[float | None, dict[str, float | None] | None]:
+    """memory_ratio_micro and the factors that multiply seed.memory_ratio into it:
+    ``traffic`` (main-memory bytes simulated ÷ the seed's operand bytes), ``memory_term``
+    (the kernels' memory time ÷ those bytes at full bandwidth) and ``arithmetic`` (the
+    seed's FLOPs at peak ÷ the simulated arithmetic time)."""
+    per_micro = timing.iterations / step.config.accumulate
+    memory_time = compute = moved = 0.0
+    for kernel, t in zip(step.kernels, timing.kernels, strict=True):
+        if t.phase not in MICRO_PHASES:
+            continue
+        widen = word_widening(machine, kernel.dtype)
+        memory_time += t.memory_time / widen * per_micro
+        compute += t.compute * per_micro
+        moved += t.bytes.get(MEMORY, 0) / widen * per_micro
+    if compute <= 0:
+        return None, None
+    micro = memory_time / compute
+    seed_ratio, flops = estimate.get("memory_ratio"), estimate.get("intensity")
+    seed_bytes = float(sum(step.flops.get(p, 0) for p in MICRO_PHASES)) / flops if flops else 0.0
+    if not seed_ratio or not seed_bytes or not moved:
+        return micro, None
+    streamed = moved / machine.memory.bandwidth
+    gap = {"traffic": moved / seed_bytes, "memory_term": memory_time / streamed,
+           "arithmetic": float(sum(step.flops.get(p, 0) for p in MICRO_PHASES)) / peak / compute}
+    return micro, gap
 
 
 def capacity_warning(peak: int, machine: Machine, where: str = "the step") -> str:
@@ -403,7 +439,7 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         bytes=timing.bytes,
         ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}),
         kernels=_kernel_rows(timing),
-        seed=_seed(step, machine),
+        seed=_seed(step, machine, timing),
         devices=Devices(devices=1, parallel=case.parallel.as_dict(), interconnect_bytes=0),
         warnings=warnings,
         serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,

@@ -68,6 +68,8 @@ ROW: tuple[Column, ...] = (
     Column("weights_on_chip", "flag", "", "weights on chip", "the weights fit in the largest on-chip level"),
     Column("seed_seconds", "number", "s", "seed time", "the seed model's estimate of the step"),
     Column("seed_memory_ratio", "number", "", "seed mem/arith", "the seed model's memory ratio"),
+    Column("memory_ratio_micro", "number", "", "micro mem/arith", "the simulation's memory ratio on the seed's "
+           "quantity: the micro-batch's kernels, bytes at the dtype's width"),
     Column("seed_fraction_of_peak", "number", "", "seed of peak", "the seed model's fraction of peak"),
     Column("a", "number", "B", "a", "the seed's activation traffic a, B per d per token per layer"),
     Column("d_min", "number", "", "d_min", "the seed's pole d_min = a.beta/72"),
@@ -185,6 +187,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "a": result.get("a"), "d_min": result.get("d_min"),
         "seed_seconds": result["seed"]["seconds"],
         "seed_memory_ratio": result["seed"]["memory_ratio"],
+        "memory_ratio_micro": result.get("memory_ratio_micro"),
         "seed_fraction_of_peak": result["seed"]["fraction_of_peak"],
         # Balance for the dtype this case computes in (the peak run_case timed against).
         "balance": float(result["peak_flops"]) / m.bandwidth,
