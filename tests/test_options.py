@@ -195,3 +195,19 @@ def test_a_position_table_too_large_to_address_names_max_positions_not_batch(cap
 def test_a_bad_scheduler_timeout_says_its_bounds(value, tmp_path):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["sweep", "--scheduler-timeout", value, "--out", str(tmp_path)])
+
+
+def test_a_single_gemm_takes_every_arithmetic_type_a_network_step_does_not(tmp_path):
+    # fp64 and tf32 products (the Cray's library matrix multiply, a TF32 GEMM) are checks a
+    # measurement file or inspect may ask for; a network's inference step may not.
+    from memwall.cli import main
+    from memwall.simulation import run_case
+
+    assert run_case(make_case(machine="cray-1", gemm=(256, 256, 256), dtype="fp64"))["flops"] == 2 * 256**3
+    assert run_case(make_case(machine="h100-sxm", gemm=(64, 64, 64), dtype="tf32"))["dtype"] == "tf32"
+    with pytest.raises(InputError, match="dtype"):
+        run_case(make_case(machine="cray-1", network="nettalk", phase="forward", dtype="fp64"))
+    path = tmp_path / "m.toml"
+    path.write_text('[[measurement]]\nid = "mm"\nmachine = "cray-1"\ngemm = "64,64,64"\ndtype = "fp64"\n'
+                    'metric = "flops"\nvalue = "100 MFLOP/s"\nsource = "s"\nreliability = "low"\nnotes = "n"\n')
+    assert main(["validate", "--measurements", str(path)]) == 0

@@ -54,11 +54,9 @@ def validate(cases: Sequence[Case]) -> None:
 def _check_options(case: Case) -> None:
     """The step's options, checked as the step will check them (the network aside: bf16
     stands for a network's own dtype, which needs its preset loaded)."""
-    from dataclasses import fields
-
     from ..workloads.config import TrainingConfig
+    from .step import config_values
 
     if case.network is None:
         return
-    values = {f.name: getattr(case, f.name) for f in fields(TrainingConfig)}
-    TrainingConfig(**{**values, "dtype": case.dtype or "bf16"})
+    TrainingConfig(**{**config_values(case), "dtype": case.dtype or "bf16"})

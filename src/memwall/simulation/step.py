@@ -61,5 +61,10 @@ def case_network(case: Case) -> Network:
 def case_config(case: Case, network: Network) -> TrainingConfig:
     """The training configuration a network case runs: every step option the configuration
     declares, the network's own dtype unless the case names one."""
-    values = {f.name: getattr(case, f.name) for f in fields(TrainingConfig)}
-    return TrainingConfig(**{**values, "dtype": case.dtype or network.dtype})
+    return TrainingConfig(**{**config_values(case), "dtype": case.dtype or network.dtype})
+
+
+def config_values(case: Case) -> dict:
+    """The case's value of each step option :class:`TrainingConfig` declares (a network's
+    step: ``single_product`` is the GEMM builder's own)."""
+    return {f.name: getattr(case, f.name) for f in fields(TrainingConfig) if f.name != "single_product"}

@@ -28,6 +28,7 @@ from ..vocabulary import (
     group_format,
     parse_checkpoint,
 )
+from ..vocabulary import DTYPES as ALL_DTYPES
 from ..vocabulary import TRAINING_DTYPES as DTYPES
 
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
@@ -67,11 +68,12 @@ class TrainingConfig:
     kv_dtype: str | None = None
     weight_group: int | None = None  # weights a group scale covers (None: the type's default)
     weight_zero: str | None = None  # the groups' zero points (None: symmetric, none stored)
+    single_product: bool = False  # a single GEMM's step: any arithmetic type (fp64 and tf32 too)
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch <= 0:
             raise InputError(f"batch must be a positive integer, got {self.batch!r}", field="batch")
-        dtypes = DTYPES if self.phase == "train" else INFERENCE_DTYPES
+        dtypes = ALL_DTYPES if self.single_product else DTYPES if self.phase == "train" else INFERENCE_DTYPES
         for name, allowed in (("updates", UPDATES), ("optimizer", OPTIMIZERS), ("dtype", dtypes), ("phase", PHASES)):
             check_word(getattr(self, name), allowed, name)
         self._check_serving()

@@ -197,7 +197,7 @@ def gemm_step(m: int, n: int, k: int, dtype: str = "fp32") -> Step:
     for name, v in (("M", m), ("N", n), ("K", k)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InputError(f"must be a positive integer, got {v!r}", field=name)
-    cfg = TrainingConfig(batch=1, dtype=dtype, phase="forward")
+    cfg = TrainingConfig(batch=1, dtype=dtype, phase="forward", single_product=True)
     net = Network(id=f"gemm-{m}x{n}x{k}", name=f"GEMM {m}x{n}x{k}", kind="mlp", source="synthetic", year=2024,
                   status="synthetic", dtype=dtype, layers=(k, n), loss="none")
     g = Graph(dtype)
