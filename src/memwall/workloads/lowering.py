@@ -9,14 +9,22 @@ after another.
 
 Families:
 
-* ``scalar`` - plain loops as 1980s C or Fortran wrote them: a dot product per output
-  (``for i, for j: for k: load A, load B; store C``), an outer product when K = 1, and
-  at batch 1 the product is a matrix-vector loop (the M loop disappears). Elementwise
+* ``scalar`` - plain loops as 1980s C or Fortran wrote them, in the order the reference
+  BLAS (netlib sgemv.f, sgemm.f) picks from B's layout, so the inner loop walks the matrix
+  along its rows: dot products (``for i, for j: for k: load A, load B; store C``) when B
+  is contiguous along K (the forward product with a transposed weight, SGEMV TRANS = 'T'),
+  axpy passes (``for i: zero C[i, :]; for k: a = A[i, k]; for j: load B, load C; store C``)
+  when B is contiguous along N (the input gradient dY . W, the matrix-vector W**T . delta
+  of a per-example step, SGEMV TRANS = 'N' on column-major storage), an outer product
+  (ger) when K = 1; at batch 1 the product is a matrix-vector loop (the M loop
+  disappears). A product that accumulates (``beta``) reads C in its loops. Elementwise
   kernels touch one element per access.
 * ``vector`` - strip-mined along N to ``vector_length`` (default 64, the Cray-1); up to
   ``vector_registers - 2`` (default 8 - 2) result strips stay in registers while K runs,
-  so each scalar A element is loaded once per group of strips. A strip of a transposed
-  B is a strided vector load: it appears as its elements, one access each.
+  so each scalar A element is loaded once per group of strips (the axpy form of a vector
+  SGEMV, whatever B's layout: the Cray's vector loads take a stride, and a memory without
+  a cache moves the same words either way). A strip of a transposed B is a strided vector
+  load: it appears as its elements, one access each.
   ``vector_instructions`` counts strips issued: per K step, each strip's load, multiply
   and add (chained or not), plus its store.
 * ``blocked`` - BLIS-style: loops jc (``nc``), pc (``kc``), ic (``mc``), jr (``nr``), ir
@@ -174,9 +182,10 @@ def _with_epilogue(kernel: Kernel, out: Lowered, p: Mapping[str, Any], fam: str,
     """A product's epilogue: reads beyond its operands, writes beyond its output, and its
     output itself when it accumulates (``beta``), each streamed once over the output's
     rows as an elementwise pass would. The blocked family reads C in its micro-kernel
-    already (C += A.B per K panel), so ``beta`` adds nothing there."""
+    already (C += A.B per K panel), and the scalar family in its loops, so ``beta`` adds
+    nothing there."""
     reads, writes = kernel.reads[2:], kernel.writes[1:]
-    if kernel.params.get("beta") and fam != "blocked":
+    if kernel.params.get("beta") and fam not in ("blocked", "scalar"):
         reads += kernel.writes[:1]
     if not reads and not writes:
         return out
@@ -264,32 +273,65 @@ def _drop_unit_loops(counts: list[int], accesses: list[Access], label: str) -> L
     keep = [i for i, c in enumerate(counts) if c != 1]
     out = []
     for a in accesses:
-        strides = tuple(a.strides[i] for i in keep if i < a.depth)
-        out.append(Access(a.base, strides, a.size, a.is_write, a.after, a.tensor))
+        out.append(replace(a, strides=tuple(a.strides[i] for i in keep if i < a.depth)))
     return LoopNest(tuple(counts[i] for i in keep), tuple(out), label)
 
 
 # ---- scalar ---------------------------------------------------------------------------------------
+# The loop order a scalar product runs in is the one the reference BLAS picks from the
+# layout of its matrix operand (netlib reference BLAS, Dongarra et al., ACM TOMS 14(1) and
+# 16(1), sgemv.f and sgemm.f): the innermost loop walks that operand along its contiguous
+# direction, never across it. In column-major Fortran, SGEMV with TRANS = 'T' (and SGEMM's
+# A**T * B) runs dot products down the stored columns, TRANS = 'N' (A * B) runs axpy passes
+# "y := y + temp * A(:, j)" over them. memwall's products are row-major C = A . B, which is
+# column-major C**T = B**T . A**T: B plays netlib's A. So a B stored transposed (contiguous
+# along K: the forward product x . W**T with W stored [out x in]) runs as dot products along
+# W's rows, and a B stored as it is used (contiguous along N: the input gradient dY . W, the
+# matrix-vector W**T . delta) runs as axpy passes along W's rows, the output row re-read
+# and re-written for every K step. Neither walks W down its columns (a stride of a whole
+# row per multiply-add, a cache line per element).
 def _gemm_scalar(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    """Plain loops in the order the reference BLAS runs them (above): an outer product when
+    K = 1 (SGER), dot products when B is contiguous along K (or N = 1), axpy passes when B
+    is contiguous along N. An accumulating product (``beta``) reads C in its own loops, as
+    a Fortran loop ``C(I, J) = C(I, J) + ...`` does."""
     _wide_b(kernel, "scalar")
     o = _ops(kernel)
     na, nb, nc = o.a.name, o.b.name, o.c.name
-    if o.k == 1:  # outer product: a[i] held in a register across the j loop
+    beta = bool(kernel.params.get("beta"))
+    if o.k == 1:  # outer product: a[i] held in a register across the j loop (SGER)
         counts = [kernel.batch, o.m, o.n]
         acc = [
             Access(o.a.addr, (o.ab, o.am), o.e, tensor=na),
             Access(o.b.addr, (o.bb, 0, o.bn), o.e, tensor=nb),
-            Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, tensor=nc),
         ]
-        note = "scalar outer product"
-    else:
+        if beta:  # C(I, J) = C(I, J) + X(I) * TEMP
+            acc.append(Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, tensor=nc))
+        acc.append(Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, tensor=nc))
+        note = "scalar outer product (ger)"
+    elif o.bk == o.e or o.n == 1:  # dot form: B contiguous along K (netlib's TRANS = 'T')
         counts = [kernel.batch, o.m, o.n, o.k]
         acc = [
             Access(o.a.addr, (o.ab, o.am, 0, o.ak), o.e, tensor=na),
             Access(o.b.addr, (o.bb, 0, o.bn, o.bk), o.e, tensor=nb),
-            Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, after=True, tensor=nc),
         ]
-        note = "scalar matrix-vector loop (a dot product per output)" if o.m == 1 else "scalar dot product per output"
+        if beta:  # C(I, J) = ALPHA * TEMP + BETA * C(I, J), after the dot product
+            acc.append(Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, after=True, tensor=nc))
+        acc.append(Access(o.c.addr, (o.cb, o.cm, o.cn), o.ce, is_write=True, after=True, tensor=nc))
+        note = ("scalar matrix-vector loop (a dot product per output, gemv_t)" if o.m == 1
+                else "scalar dot product per output")
+    else:  # axpy form: B contiguous along N (netlib's TRANS = 'N'); a[i, l] held in a register
+        counts = [kernel.batch, o.m, o.k, o.n]
+        acc = [
+            Access(o.a.addr, (o.ab, o.am, o.ak), o.e, tensor=na),
+            Access(o.b.addr, (o.bb, 0, o.bk, o.bn), o.e, tensor=nb),
+            Access(o.c.addr, (o.cb, o.cm, 0, o.cn), o.ce, tensor=nc),
+            Access(o.c.addr, (o.cb, o.cm, 0, o.cn), o.ce, is_write=True, tensor=nc),
+        ]
+        note = ("scalar matrix-vector loop (axpy passes along the matrix's rows, gemv_n)" if o.m == 1
+                else "scalar axpy passes per output row")
+        if not beta:  # BETA = 0: each output row zeroed first (N stores), then K axpy passes over it
+            acc.insert(0, Access(o.c.addr, (o.cb, o.cm), o.ce, is_write=True, tensor=nc, rows=o.n, row_stride=o.cn))
     return Lowered([_drop_unit_loops(counts, acc, kernel.name)], 0, note)
 
 
