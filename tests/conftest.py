@@ -15,6 +15,12 @@ settings.load_profile("memwall")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The per-user cache (memwall.execute.cache) of this session's own: tests never read or
+    # write the developer's ~/.cache/memwall, and subprocesses inherit the setting.
+    import os
+    import tempfile
+
+    os.environ["MEMWALL_CACHE"] = tempfile.mkdtemp(prefix="memwall-test-cache-")
     # Force the non-interactive backend before anything imports pyplot, so figure tests
     # run the same on a headless CI machine as on a desktop.
     import matplotlib

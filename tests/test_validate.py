@@ -283,8 +283,10 @@ def test_real_simulator_on_fast_shipped_cases() -> None:
     summarize(results)
 
 
-def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path) -> None:
+def test_predictions_made_side_by_side_give_the_same_table(tmp_path: Path, monkeypatch) -> None:
     from probes import measurement_text
+
+    monkeypatch.setenv("MEMWALL_CACHE", "off")  # each folder predicts for itself
 
     from memwall.execute.validation import write_validation
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..errors import InputError
 from ..options import Case, add_case_arguments, given_options, make_case
@@ -124,13 +125,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _crossover(case: Case, args: argparse.Namespace) -> int:
     from ..profiles import load_machine
+    from ..progress import Phase
     from ..simulation import run_case  # imported here: the simulation pulls in every stage
     from ..study.serving import decode_crossovers
 
     machine = load_machine(args.machine, sets=parse_sets(args.sets)) if args.sets else None  # the what-if too
-    out = decode_crossovers(case, run=lambda c: run_case(c, machine=machine, exact=args.exact,
-                                                         max_lookups=args.max_lookups,
-                                                         allow_fallback=args.allow_fallback))
+    with Phase("memwall inspect", "doubling the decode batch from 1", unit="batch",
+               enabled=not args.no_progress) as phase:
+        def run(c: Case) -> Any:
+            result = run_case(c, machine=machine, exact=args.exact, max_lookups=args.max_lookups,
+                              allow_fallback=args.allow_fallback)
+            phase.update()
+            phase.note(f"batch {c.batch}: {result['bound_class']}")
+            return result
+
+        out = decode_crossovers(case, run=run)
     for warning in out["warnings"]:
         print(f"warning: {printable(warning)}", file=sys.stderr)
     if args.json:

@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a small version of the default study, validated against the "
                    "one-device measurements only (under a minute)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    p.add_argument("--no-validation", action="store_true",
+                   help="draw the figures but not the validation against published measurements (its "
+                        "predictions are cached per user, so a later sweep or `memwall validate` reuses them)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -119,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'}"
           f"{shared} in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
     if not args.no_figures:
+        from ..figures import NAMES
         from ..study.draw import write_figures
 
-        figs = write_figures(result.out, result.rows, quick=args.quick)
+        only = [n for n in NAMES if n != "validation"] if args.no_validation else None
+        figs = write_figures(result.out, result.rows, quick=args.quick, only=only)
         print(f"{len(figs)} figures (PNG and SVG) in {result.out / 'figures'}")
     if result.failed:
         for row in result.failed:

@@ -33,19 +33,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--measurements", metavar="DIR", help="a folder (or one file) of measurement TOML files")
     p.add_argument("--json", action="store_true", help="print {cases, summary} as JSON")
     p.add_argument("--figure", metavar="OUT_DIR", help="also write validation.png and validation.svg here")
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes for the predictions (default: the cores)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="say nothing while predicting (progress goes to stderr, never into --json)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..execute.validation import validation_figure
+    from ..execute.validation import predict_measurements, validation_figure
     from ..study.measurements import load_measurements
-    from ..study.validation import format_table, summarize, to_json, validate
+    from ..study.validation import format_table, summarize, to_json
 
     measurements = load_measurements(args.measurements)
     if not measurements:
         where = args.measurements or "the shipped measurement set"
         raise InputError("no measurement to validate (no [[measurement]] in any *.toml file)", file=str(where))
-    results = validate(measurements)
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {args.jobs}", field="--jobs")
+    # predictions are stored in the per-user cache (memwall.execute.cache): a second run, or a
+    # sweep's validation, predicts only what the model has not predicted before
+    results = predict_measurements(measurements, jobs=args.jobs, progress=not args.no_progress)
     if args.figure:
         paths = validation_figure(results, args.figure)
         print(printable("wrote " + ", ".join(str(p) for p in paths)), file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..canonical import canonical, dumps
 from ..errors import InputError
 from ..model_version import MODEL_VERSION
+from ..progress import Phase
 from ..simulation import Case
 from ..simulation.checks import validate
 from ..simulation.plan import ENGINE_RATE, duration
@@ -212,11 +213,11 @@ def run_sweep(
 
     refused = plan.refused
     todo = [c for c in todo if c not in refused]
-    bar = _progress(len(cases), reused, progress)
+    bar = Phase("memwall sweep", "running cases", len(cases), initial=reused, enabled=progress)
     failures = 0
     computed = 0
     rows_here: dict[Case, dict[str, Any]] = {}  # the rows this sweep wrote: not read back
-    feeder = Feeder(todo, store, keys, on_shared=bar.update if bar is not None else None,
+    feeder = Feeder(todo, store, keys, on_shared=bar.update,
                      replay_keys=plan.replay_keys)
     try:
         def finish(case: Case, outcome: Mapping[str, Any]) -> None:
@@ -230,11 +231,10 @@ def run_sweep(
             rows_here[case] = json.loads(canonical(row))  # as reading the record back gives it
             feeder.finished(case)
             computed += 1
-            if bar is not None:
-                bar.update(1)
-                if err:
-                    failures += 1
-                    bar.set_postfix_str(f"failed {failures}")
+            bar.update(1)
+            if err:
+                failures += 1
+                bar.note(f"failed {failures}")
 
         for case, reason in refused.items():
             finish(case, {"error": reason})
@@ -248,8 +248,7 @@ def run_sweep(
                 run_local(feeder, runner, min(jobs, len(todo)), finish)
     finally:
         store.release_all()
-        if bar is not None:
-            bar.close()
+        bar.close()
 
     stored = (rows_here.get(c) or (rec["row"] if (rec := store.get(keys[c])) is not None else None) for c in cases)
     rows = [row for row in stored if row is not None]
@@ -292,11 +291,3 @@ def read_machine_roofs(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     except (OSError, Unsafe, ValueError, KeyError, TypeError):
         return []
 
-
-def _progress(total: int, done: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, desc="memwall sweep", unit="case", file=sys.stderr,
-                dynamic_ncols=True, smoothing=0.1)

@@ -2,7 +2,9 @@
 
 Owns: :func:`cached_predictor` (predictions stored like sweep cases, so a rerun predicts
 only what changed), :func:`prefetch` (the predictions made on the worker processes of
-:func:`memwall.execute.pool.map_cases`, not one after another) and
+:func:`memwall.execute.pool.map_cases`, not one after another),
+:func:`predict_measurements` (both, in the per-user cache, with progress: what
+``memwall validate`` and a sweep's validation run) and
 :func:`write_validation` (``validation.json`` and the validation figure beside a sweep's
 results). The judge itself is :mod:`memwall.study.validation`'s.
 """
@@ -14,7 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..progress import Phase
 from ..simulation import Case
+from ..study.measurements import Measurement
 from ..study.validation import (
     ERAS,
     CaseResult,
@@ -60,38 +64,79 @@ def _predict_one(case: Case) -> tuple[Case, dict[str, Any] | None]:
         return case, None
 
 
-def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None) -> int:
+def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None,
+             phase: Phase | None = None) -> set[Case]:
     """Predict, on ``jobs`` worker processes (None: the cores), every case not yet stored
     in ``folder`` (:func:`cached_predictor`'s store), so that the validation's predictions
-    run side by side rather than one after another; returns how many were computed. A
-    case that fails is left for :func:`validate`, which reports its reason."""
+    run side by side rather than one after another. A case that fails is left for
+    :func:`validate`, which reports its reason. Returns the cases found stored or
+    tried; ``phase`` counts each of them."""
     from ..simulation.row import case_key
     from .pool import default_jobs, map_cases
     from .store import Store
 
     store = Store(folder, content="result")
-    todo = list(dict.fromkeys(c for c in cases if (store.get(case_key(c)) or {}).get("status") != "ok"))
+    unique = list(dict.fromkeys(cases))
+    todo = [c for c in unique if (store.get(case_key(c)) or {}).get("status") != "ok"]
+    seen = set(unique) - set(todo)
+    if phase is not None:
+        phase.update(len(seen))  # stored: nothing to predict
     jobs = min(jobs or default_jobs(), len(todo))
     if jobs < 2:
-        return 0
-    done = 0
+        return seen
     # Ctrl-C, a dead worker: the workers are killed, not waited for; finished predictions are kept
     for case, result in map_cases(_predict_one, todo, jobs):
         if result is not None:
             result.pop("kernels", None)
             store.put({"key": case_key(case), "status": "ok", "case": case.as_dict(), "result": result})
-            done += 1
-    return done
+        seen.add(case)
+        if phase is not None:
+            phase.update()
+    return seen
+
+
+def predict_measurements(measured: Sequence[Measurement], fallback: str | Path | None = None, *,
+                         jobs: int | None = None, command: str = "memwall validate",
+                         progress: bool = True) -> list[CaseResult]:
+    """Every measurement judged (:func:`memwall.study.validation.validate`), its predictions
+    made on worker processes and stored in the per-user cache (:mod:`memwall.execute.cache`;
+    ``fallback`` when it is off, None: kept only while this runs), so the same model
+    predicts each case once; said on stderr as it goes (:class:`memwall.progress.Phase`)."""
+    import tempfile
+
+    from .cache import predictions_folder
+
+    folder = predictions_folder(Path(fallback) if fallback is not None else None)
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="memwall-validation-") as scratch:
+            return predict_measurements(measured, scratch, jobs=jobs, command=command, progress=progress)
+    known = known_ids("machine"), known_ids("network")
+    cases = list(dict.fromkeys(case_for(m) for m in measured if m.machine in known[0]
+                               and (m.network is None or m.network in known[1] or m.network_file is not None)))
+    with Phase(command, f"predicting {len(measured)} measurements", len(cases), unit="prediction",
+               enabled=progress) as phase:
+        counted = prefetch(cases, folder, jobs, phase)
+        predict = cached_predictor(folder)
+
+        def predict_counted(case: Case) -> Mapping[str, Any]:  # what prefetch left (one worker)
+            try:
+                return predict(case)
+            finally:
+                if case not in counted:
+                    counted.add(case)
+                    phase.update()
+
+        return validate(measured, predict_counted)
 
 
 def write_validation(out: str | Path, measurements: str | Path | None = None, *, jobs: int | None = None,
-                     one_device: bool = False) -> list[Path]:
+                     one_device: bool = False, progress: bool = True) -> list[Path]:
     """Validate the shipped measurements (or those in ``measurements``, a file or folder) into
     a sweep folder: ``validation.json`` beside its results, ``figures/validation.png`` (and
     ``.svg``, and the figure's data as ``.csv``) beside its figures.
 
-    Predictions are stored under ``out/validation/`` (see :func:`cached_predictor`), made
-    on ``jobs`` processes (:func:`prefetch`), and the figure is redrawn only when the
+    Predictions are stored in the per-user cache (``out/validation/`` when it is off; see
+    :func:`predict_measurements`), made on ``jobs`` processes, and the figure is redrawn only when the
     table it draws differs from the one last drawn. ``one_device`` keeps the measurements
     of one device (a quick sweep's: the multi-device point checks take minutes to predict;
     ``memwall validate`` and the full sweep run them all)."""
@@ -105,10 +150,8 @@ def write_validation(out: str | Path, measurements: str | Path | None = None, *,
     measured = load_measurements(measurements)
     if one_device:
         measured = [m for m in measured if m.dp * m.tp * m.pp == 1]
-    known = known_ids("machine"), known_ids("network")
-    prefetch([case_for(m) for m in measured if m.machine in known[0] and (m.network is None or m.network in known[1])],
-             out / "validation", jobs)
-    results = validate(measured, cached_predictor(out / "validation"))
+    results = predict_measurements(measured, out / "validation", jobs=jobs, command="memwall sweep",
+                                   progress=progress)
     data = to_json(results)
     text = json.dumps(data, indent=1) + "\n"
     figdir = out / "figures"

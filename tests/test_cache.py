@@ -1,0 +1,135 @@
+"""Work done once: validation predictions in the per-user cache, reused exactly, never
+trusted when damaged; progress said on stderr without touching --json."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from probes import measurement_text
+
+from memwall.cli import main
+from memwall.execute import validation as ev
+from memwall.execute.cache import cache_root
+from memwall.progress import Phase
+from memwall.study.measurements import load_measurements
+from memwall.study.validation import to_json
+
+
+def test_the_cache_is_where_the_environment_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c"
+    monkeypatch.delenv("MEMWALL_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "memwall"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "memwall"
+    monkeypatch.setenv("MEMWALL_CACHE", "off")
+    assert cache_root() is None
+
+
+@pytest.fixture
+def measured(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.toml").write_text("".join(measurement_text(m, 64, 1e9) for m in ("vax-11-780", "v100-sxm2")))
+    return load_measurements(folder)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """The predictor the cache falls back on, counting its calls (one worker: in this process)."""
+    from memwall.simulation import run_case
+
+    calls = []
+
+    def predictor():
+        def run(case):
+            calls.append(case)
+            return run_case(case)
+        return run
+
+    monkeypatch.setattr(ev, "default_predictor", predictor)
+    return calls
+
+
+def test_a_second_validation_predicts_nothing_and_says_the_same(monkeypatch, tmp_path, measured, counting):
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    first = to_json(ev.predict_measurements(measured, jobs=1, progress=False))
+    assert len(counting) == 2
+    second = to_json(ev.predict_measurements(measured, jobs=1, progress=False))
+    assert len(counting) == 2  # every prediction came from the cache
+    monkeypatch.setenv("MEMWALL_CACHE", "off")
+    fresh = to_json(ev.predict_measurements(measured, jobs=1, progress=False))
+    assert first == second == fresh  # a cache hit is the fresh prediction, bit for bit
+
+
+def test_a_damaged_cache_entry_is_recomputed_not_trusted(monkeypatch, tmp_path, measured, counting, capsys):
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    good = to_json(ev.predict_measurements(measured, jobs=1, progress=False))
+    entries = sorted((tmp_path / "cache" / "validation" / "cases").glob("*.json"))
+    assert len(entries) == 2
+    text = entries[0].read_text()
+    entries[0].write_text(text.replace('"seconds":', '"seconds":1e3,"x":', 1))  # the checksum no longer holds
+    again = to_json(ev.predict_measurements(measured, jobs=1, progress=False))
+    assert len(counting) == 3 and again == good
+    assert "damaged" in capsys.readouterr().err
+
+
+def test_progress_never_changes_the_json(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.toml").write_text(measurement_text("vax-11-780", 64, 1e9))
+    monkeypatch.setenv("MEMWALL_CACHE", "off")
+    assert main(["validate", "--measurements", str(folder), "--json", "--jobs", "1"]) == 0
+    said = capsys.readouterr()
+    assert main(["validate", "--measurements", str(folder), "--json", "--jobs", "1", "--no-progress"]) == 0
+    quiet = capsys.readouterr()
+    assert json.loads(said.out) == json.loads(quiet.out) and said.out == quiet.out
+    assert "memwall validate: predicting 1 measurements" in said.err and quiet.err == ""
+
+
+def test_a_phase_off_a_terminal_says_its_start_its_progress_and_its_end():
+    import time
+
+    out = io.StringIO()
+    with Phase("memwall x", "doing things", 4, unit="thing", stream=out, terminal=False, note_seconds=0.05) as p:
+        p.update(1)
+        time.sleep(0.2)
+        p.update(3)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "memwall x: doing things (4 things)"
+    assert any("1 of 4 things (25%)" in line and "left" in line for line in lines[1:-1])
+    assert lines[-1].startswith("memwall x: doing things: done, 4 things in")
+
+
+def test_no_phase_says_anything_when_disabled():
+    out = io.StringIO()
+    with Phase("memwall x", "doing", 2, stream=out, enabled=False) as p:
+        p.update(2)
+    assert out.getvalue() == ""
+
+
+def test_the_cache_folder_is_never_a_link(monkeypatch, tmp_path, measured, counting, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "validation").symlink_to(elsewhere)
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    ev.predict_measurements(measured, jobs=1, progress=False)
+    assert not any(elsewhere.iterdir())  # nothing written through the planted link
+    assert "cannot be used" in capsys.readouterr().err
+    assert Path(tmp_path / "cache" / "validation").is_symlink()
+
+
+def test_a_sweep_off_a_terminal_says_each_phase_and_can_leave_out_the_validation(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["sweep", "--machines", "vax-11-780", "--networks", "encoder-8-3-8", "--updates", "per-example",
+                 "--out", str(out), "--no-validation"]) == 0
+    err = capsys.readouterr().err
+    assert "memwall sweep: running cases (1 case)" in err and "running cases: done, 1 case in" in err
+    assert not (out / "figures" / "validation.png").exists() and not (out / "validation.json").exists()
+    assert (out / "figures" / "regime_flip.png").exists()
