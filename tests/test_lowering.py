@@ -50,7 +50,7 @@ def _explicit(nest):
 
 def test_nettalk_per_example_scalar_counts_each_weight_as_1986_code_did():
     net = load_network("nettalk")
-    step = build_step(net, TrainingConfig(batch=1, updates="per-example"))
+    step = build_step(net, TrainingConfig(batch=1, updates="per-example", update_fusion="separate"))
     per: dict[str, dict[str, int]] = {}
     for k in step.kernels:
         lo = lower(k, FAMILIES["scalar"])
@@ -175,7 +175,8 @@ def test_blocked_level2_forms_follow_the_layout():
 def test_blocked_per_example_affine_layer_moves_its_weights_not_packed_copies():
     """Per-example training of a 1024-wide layer on a blocked CPU: the forward and input
     gradient read W once each, the weight gradient writes dW once: no packed panels."""
-    step = build_step(load_network("affine-48x1024"), TrainingConfig(batch=1, updates="per-example"))
+    step = build_step(load_network("affine-48x1024"), TrainingConfig(batch=1, updates="per-example",
+                                                                      update_fusion="separate"))
     w = 1024 * 1024 * 4
     by = {k.name: lower(k, FAMILIES["blocked"]).bytes_by_tensor() for k in step.kernels
           if k.name in ("L7.fwd", "L7.dX", "L7.dW")}

@@ -47,6 +47,7 @@ from .vocabulary import (
     WEIGHT_ZEROS,
     parse_checkpoint,
 )
+from .workloads.config import UPDATE_FUSIONS
 from .workloads.parallel import Parallel
 
 # The stages that read an option.
@@ -203,6 +204,10 @@ OPTIONS: tuple[Option, ...] = (
     _option("attention", str, "attention kernels: materialized (the scores in memory, kept for the backward) or "
             "flash (one fused kernel, scores recomputed)", STEP, choices=ATTENTIONS,
             default_doc="the network's own"),
+    _option("update_fusion", str, "the weight update: fused into the kernel that makes each gradient (W += "
+            "-eta.dY^T.X as one sweep over W, no gradient stored, as the codes of 1986 wrote it) or separate (the "
+            "gradient written, then an update kernel)", STEP, choices=UPDATE_FUSIONS, phases=TRAIN_ONLY,
+            default_doc="fused with --updates per-example, separate otherwise"),
 )
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # The options' declarations, as the measurement files and the docs read them.

@@ -31,6 +31,10 @@ from ..vocabulary import (
 from ..vocabulary import DTYPES as ALL_DTYPES
 from ..vocabulary import TRAINING_DTYPES as DTYPES
 
+# How a training step's weight update runs (memwall.workloads.update_fusion)
+FUSED, SEPARATE = "fused", "separate"
+UPDATE_FUSIONS: tuple[str, ...] = (FUSED, SEPARATE)
+
 # fp32 values kept per parameter by the optimizer, besides the weights themselves
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
@@ -51,6 +55,8 @@ class TrainingConfig:
     product) and the update runs once per K. ``grad_dtype`` is the gradients' type: by
     default the compute type, except that mixed precision with K > 1 accumulates into fp32
     main gradients (Megatron-LM, apex O2). ``fusion``: see :mod:`memwall.workloads.fusion`.
+    ``update_fusion``: see :mod:`memwall.workloads.update_fusion` (None: ``fused`` with
+    per-example updates, ``separate`` otherwise).
     """
 
     batch: int = 1
@@ -68,6 +74,7 @@ class TrainingConfig:
     kv_dtype: str | None = None
     weight_group: int | None = None  # weights a group scale covers (None: the type's default)
     weight_zero: str | None = None  # the groups' zero points (None: symmetric, none stored)
+    update_fusion: str | None = None  # fused | separate (None: fused with per-example updates)
     single_product: bool = False  # a single GEMM's step: any arithmetic type (fp64 and tf32 too)
 
     def __post_init__(self) -> None:
@@ -92,6 +99,32 @@ class TrainingConfig:
             if self.dtype == "fp32" and self.grad_dtype != "fp32":
                 raise InputError("fp32 training keeps fp32 gradients", field="grad_dtype")
         check_word(self.fusion, FUSIONS, "fusion")
+        self._check_update_fusion()
+
+    def _check_update_fusion(self) -> None:
+        if self.update_fusion is None:
+            return
+        check_word(self.update_fusion, UPDATE_FUSIONS, "update_fusion")
+        if not self.training:
+            raise InputError(f"update_fusion applies to training steps, not phase {self.phase}", field="update_fusion")
+        if self.update_fusion == FUSED and self.accumulates:
+            raise InputError("a fused update changes the weights where their gradient is made: there is no "
+                             "gradient to accumulate (--accumulate K, or fp32 main gradients)", field="update_fusion")
+
+    @property
+    def updates_fused(self) -> bool:
+        """Whether the weight updates are fused into the kernels that make their gradients: as
+        given, else with per-example updates (and no accumulation)."""
+        if not self.training:
+            return False
+        if self.update_fusion is not None:
+            return self.update_fusion == FUSED
+        return self.updates == "per-example" and not self.accumulates
+
+    @property
+    def update_fusion_mode(self) -> str | None:
+        """``fused`` or ``separate`` for a training step (the default resolved), else None."""
+        return (FUSED if self.updates_fused else SEPARATE) if self.training else None
 
     def _check_serving(self) -> None:
         serving = self.phase in SERVING_PHASES
@@ -174,6 +207,7 @@ class TrainingConfig:
             "accumulate": self.accumulate,
             "grad_dtype": self.gradient_dtype if self.training else None,
             "fusion": self.fusion,
+            "update_fusion": self.update_fusion_mode,
             # the serving options only where given, so other steps print as before
             **{k: v for k, v in (("context", self.context), ("weights", self.weights), ("kv_dtype", self.kv_dtype),
                                  ("weight_group", self.weight_group), ("weight_zero", self.weight_zero))

@@ -178,9 +178,17 @@ def shard(network: Network, parallel: Parallel, stage: Stage | None = None) -> N
 def device_steps(network: Network, config: TrainingConfig, parallel: Parallel) -> list[tuple[Stage, Any]]:
     """Each distinct device's step: one per kind of pipeline stage, on its shard. With expert
     parallelism the micro-batch's routed tokens are pooled over the ep group (each device's
-    experts see ep times the tokens), which the shard's E / ep experts express."""
+    experts see ep times the tokens), which the shard's E / ep experts express. Data-parallel
+    replicas all-reduce their gradients before the update, so with dp > 1 the update runs
+    separate (a fused update, given, is refused)."""
     from .step import build_step
 
+    if parallel.dp > 1 and config.updates_fused:
+        if config.update_fusion is not None:
+            raise InputError("--update-fusion fused updates the weights where their gradient is made: with --dp "
+                             f"{parallel.dp} the replicas all-reduce the gradients first (use separate)",
+                             field="update_fusion")
+        config = replace(config, update_fusion="separate")
     if not network.is_sequence:
         return [(Stage(0, 0, True, True, 1), build_step(shard(network, parallel), config))]
     out = []

@@ -8,7 +8,8 @@ the operation tables of :mod:`memwall.workloads.ops`. A step is built in four st
 1. a builder per architecture family (:mod:`memwall.workloads.builders`) *declares* the
    kernels over named tensors (:mod:`memwall.workloads.graph`);
 2. passes rewrite the declared kernels: gradient accumulation
-   (:mod:`memwall.workloads.accumulation`), kernel fusion
+   (:mod:`memwall.workloads.accumulation`), the weight update fused into the kernel that
+   makes the gradient (:mod:`memwall.workloads.update_fusion`), kernel fusion
    (:mod:`memwall.workloads.fusion`), then the checkpointing transform
    (:mod:`memwall.workloads.checkpoint`), so recomputation reruns fused kernels;
 3. the liveness pass (:mod:`memwall.workloads.liveness`) derives each tensor's class and
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
-from . import accumulation, checkpoint, fusion
+from . import accumulation, checkpoint, fusion, update_fusion
 from .builders.chain import declare_chain
 from .builders.transformer import declare_transformer
 from .config import TrainingConfig
@@ -163,6 +164,7 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
         declare_chain(g, network, batch, training=config.training, optimizer=config.optimizer)
     if config.training and config.accumulates:
         accumulation.apply(g)
+    update_fusion.apply(g, config.update_fusion_mode or update_fusion.SEPARATE)
     fusion.apply(g, config.fusion)
     if config.training:
         checkpoint.apply(g, config.checkpoint)
