@@ -225,7 +225,8 @@ def test_cray1_figures_in_si_units() -> None:
     assert m.levels[0].software_managed and m.levels[0].size == 4096
     assert m.timing.model == "vector"
     assert m.timing.params == {"vector_length": 64, "memory_ports": 1.0, "word_bytes": 8,
-                               "startup": 7.0, "chaining": True, "subword_float": False}
+                               "startup": 7.0, "chaining": True, "subword_float": False,
+                               "banks": 16, "bank_busy": 4.0, "strip_loop": 15.0}
     assert m.schedule.params == {"vector_length": 64, "vector_registers": 8}
     assert m.provenance["memory.bandwidth"].status == "verified"
 

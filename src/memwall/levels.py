@@ -72,6 +72,9 @@ LEVEL = Table("[[level]]", (
           unit="time (`'4 cycles'`, `'1.2 ns'`)", figure="required"),
     Field("bandwidth", "any", "sustained bandwidth into the level above", parse=_byte_rate,
           unit="rate (`'64 B/cycle'`, `'3.35 TB/s'`)", figure="required"),
+    Field("bandwidth_scope", "word", "whose the bandwidth is: `core`, one core's (the timing multiplies it by "
+          "the cores a kernel keeps busy), or `chip`, the whole chip's", default="chip", choices=("core", "chip"),
+          noun="bandwidth scope", figure="optional"),
     Field("software_managed", "bool", "true for scratchpads (vector registers, shared memory, VMEM): "
           "not simulated as a cache", default=False, figure="optional"),
     Field("shared_by", "int", "how many cores share one instance (informational)", default=1, minimum=1,
@@ -104,6 +107,7 @@ class LevelSpec:
     seed: int = 0
     latency: float | None = None  # seconds per hit served here
     bandwidth: float | None = None  # bytes per second into the level above
+    bandwidth_scope: str = "chip"  # "core": bandwidth is one core's; "chip": the whole chip's
     software_managed: bool = False
     shared_by: int = 1
     provenance: dict[str, Figure] = field(default_factory=dict, compare=False, repr=False)

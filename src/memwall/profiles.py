@@ -255,6 +255,24 @@ TIMING = Table("[timing]", (
           unit="pairs", figure="required", when=_OVERLAPPED),
     Field("efficiency_k", "any", "the same by K (the batch of a weight-gradient product)", parse=_curve,
           unit="pairs", figure="required", when=_OVERLAPPED),
+    Field("banks", "int", "memory banks the words are interleaved over; a stride sharing a factor g with "
+          "them visits banks / g of them (docs/timing.md, 'vector'); unstated: no bank conflicts",
+          minimum=1, figure="required", when=_VECTOR),
+    Field("bank_busy", "any", "cycles a bank stays busy after a reference (the bank cycle)", parse=_cycles,
+          unit="cycles (`4`, `'4 cycles'`) or a time", figure="required", when=_VECTOR),
+    Field("strip_loop", "any", "scalar cycles of the strip-mined loop per iteration (address updates, vector "
+          "length, branch); unstated: 0", parse=_cycles, unit="cycles (`15`) or a time", figure="required",
+          when=_VECTOR),
+    Field("vector_bytes", "int", "bytes of the widest FP register one instruction (arithmetic, load or store) "
+          "works on: 16 SSE, 32 AVX2, 64 AVX-512 or 512-bit SVE; 0: one element (x87)", minimum=0,
+          figure="required", when=_OVERLAPPED),
+    Field("multiply_add_cycles", "number", "cycles of one core's FP issue a multiply-add of vector_bytes "
+          "takes (an FMA pipe 1, two FMA pipes 0.5, x87 FMUL + FADD on one port 3); unstated: at the peak",
+          above=0, figure="required", when=_OVERLAPPED),
+    Field("load_ports", "number", "loads one core issues per cycle, each up to vector_bytes; unstated: the "
+          "first level's ports are not a limit", above=0, figure="required", when=_OVERLAPPED),
+    Field("store_ports", "number", "stores one core issues per cycle; unstated: as load_ports", above=0,
+          figure="required", when=_OVERLAPPED),
     Field("subword_float", "bool", "true if the machine has floating point narrower than its word (a 32-bit "
           "format); false: every element moves as a whole word", required=True, figure="required", when=_VECTOR),
     Field("dispatch", "table", "how kernels are issued: the default mode and each mode's costs",

@@ -62,6 +62,7 @@ class LevelTraffic:
     fetches: int  # demand line fetches this level served (hits here that came from above)
     bandwidth: float | None  # bytes per second into the level above; None: no limit stated
     latency: float | None  # seconds per fetch served here
+    scope: str = "chip"  # the bandwidth is the whole chip's ("chip") or one core's ("core")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class KernelTraffic:
     vector_instructions: int  # strips issued (vector machines' start-up cost)
     levels: tuple[LevelTraffic, ...]  # cache levels, first first, then main memory (named MEMORY)
     parallel_units: int = 0  # pieces of work cores can share; 0: as many as there are cores
+    demand_read_bytes: int | None = None  # bytes of the demand reads; None: D x R / (R + W)
+    strides: tuple[tuple[int, int], ...] = ()  # (stride in elements, elements) of strided vector loads
 
 
 def traffic_from_counters(
@@ -86,6 +89,8 @@ def traffic_from_counters(
     inner_iterations: int = 0,
     vector_instructions: int = 0,
     parallel_units: int = 0,
+    demand_read_bytes: int | None = None,
+    strides: tuple[tuple[int, int], ...] = (),
 ) -> KernelTraffic:
     """Turn engine counters (for one kernel run) into per-level traffic."""
     levels: list[LevelTraffic] = []
@@ -98,7 +103,8 @@ def traffic_from_counters(
         else:
             # Below the first level, reads are fetches from above; writes are write-backs.
             fetches = c.reads - c.read_misses
-        levels.append(LevelTraffic(spec.name, above_bytes, fetches, spec.bandwidth, spec.latency))
+        levels.append(LevelTraffic(spec.name, above_bytes, fetches, spec.bandwidth, spec.latency,
+                                   getattr(spec, "bandwidth_scope", "chip")))
         above_bytes = c.bytes_in + c.bytes_out
     mem = counters.memory
     levels.append(
@@ -111,7 +117,8 @@ def traffic_from_counters(
         )
     )
     return KernelTraffic(
-        demand_reads, demand_writes, inner_iterations, vector_instructions, tuple(levels), parallel_units
+        demand_reads, demand_writes, inner_iterations, vector_instructions, tuple(levels), parallel_units,
+        demand_read_bytes, tuple(strides),
     )
 
 
@@ -284,8 +291,9 @@ def in_order(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mode
 
 
 def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
-    """The chime model: strips of arithmetic against words through the memory ports
-    (section ``vector`` of docs/timing.md)."""
+    """The chime model: strips of arithmetic against words through the memory ports, the
+    ports slowed where a strided stream keeps returning to busy banks, and the scalar loop
+    around the strips (section ``vector`` of docs/timing.md)."""
     compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
     word_bytes = float(_param(machine, "word_bytes", 8))
     ports = float(_param(machine, "memory_ports"))
@@ -294,7 +302,9 @@ def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelT
     # An element narrower than a word still takes a whole word where the machine has no
     # sub-word floating point (the Crays): B_memory counts the dtype's bytes.
     words = traffic.levels[-1].bytes * word_widening(machine, work.dtype) / word_bytes / ports / machine.clock_hz
-    overhead = traffic.vector_instructions * startup_cycles / machine.clock_hz
+    words += bank_conflicts(machine, traffic.strides) / machine.clock_hz
+    loop = float(machine.timing.params.get("strip_loop", 0.0) or 0.0)
+    overhead = (traffic.vector_instructions * startup_cycles + traffic.inner_iterations * loop) / machine.clock_hz
     # Chained: each strip takes the larger of its arithmetic and its memory words;
     # unchained: the two run one after the other.
     terms = {lv.name: 0.0 for lv in traffic.levels}
@@ -302,6 +312,42 @@ def vector(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelT
     stall = {k: 0.0 for k in terms}
     stall[MEMORY] = max(0.0, words - compute) if chaining else words
     return ModelTimes(compute, overhead, stall, terms)
+
+
+def bank_conflicts(machine: Machine, strides: Sequence[tuple[int, int]]) -> float:
+    """Cycles the memory ports lose to busy banks: a stream of stride s (in words) visits
+    banks / gcd(s, banks) banks in turn, so each element waits until its bank, last used
+    that many references before, is free: max(0, bank_busy x gcd / banks - 1 / ports)
+    cycles per element beyond the port's own."""
+    banks = int(machine.timing.params.get("banks", 0) or 0)
+    busy = float(machine.timing.params.get("bank_busy", 0.0) or 0.0)
+    if not banks or not busy:
+        return 0.0
+    per_port = 1.0 / float(_param(machine, "memory_ports"))
+    return sum(n * max(0.0, busy * math.gcd(abs(s), banks) / banks - per_port) for s, n in strides if s)
+
+
+def vector_streams(nests: Sequence[Any], word_bytes: int = 8) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """From a vector lowering's loop nests: the strip loop's iterations, and the strided
+    vector loads as (stride in words, elements). A strided strip is lowered as its
+    elements in an innermost loop (one element-sized read each, no wider read beside it);
+    that element loop is the vector load itself, not an iteration of the strip loop."""
+    iterations = 0
+    strided: dict[int, int] = {}
+    for nest in nests:
+        counts = tuple(nest.counts)
+        full = len(counts)
+        deepest = [a for a in nest.accesses if a.depth == full and not a.is_write]
+        total = math.prod(counts) if counts else 0
+        if full and deepest and all(a.rows == 1 and a.strides[-1] not in (0, a.size) for a in deepest) \
+                and not any(a.depth == full and a.size > deepest[0].size for a in nest.accesses):
+            iterations += total // counts[-1] if counts[-1] else 0
+            for a in deepest:
+                stride = max(1, abs(a.strides[-1]) // max(1, min(a.size, word_bytes)))
+                strided[stride] = strided.get(stride, 0) + nest.times(a)
+        else:
+            iterations += total
+    return iterations, tuple(sorted(strided.items()))
 
 
 def word_widening(machine: Machine, dtype: str) -> float:
@@ -315,13 +361,24 @@ def word_widening(machine: Machine, dtype: str) -> float:
 
 
 def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> ModelTimes:
-    """Arithmetic overlaps the transfers, each level capped by Little's law (section
+    """Arithmetic overlaps the transfers, each level capped by Little's law; the core's
+    multiply-add issue and its load/store ports where the profile states them (section
     ``overlapped`` of docs/timing.md)."""
     # A whole-chip profile's peak counts every core; a kernel with fewer pieces of
     # work than cores (a per-example product) keeps only that many busy.
     cores = int(_param(machine, "cores", 1))
     busy = min(cores, traffic.parallel_units) if traffic.parallel_units else cores
-    compute = work.flops / (arithmetic_rate(machine, work.dtype, work.op) * busy / cores)
+    rate = arithmetic_rate(machine, work.dtype, work.op) * busy / cores
+    compute = work.flops / rate
+    core_hz = machine.clock_hz * busy  # cycles per second of the busy cores together
+    lanes = _lanes(machine, work.dtype)
+    mac_cycles = machine.timing.params.get("multiply_add_cycles")
+    fma = int(work.ops.get("fma", 0))
+    if mac_cycles and fma:
+        # Each multiply-add holds the FP issue for mac_cycles per `lanes` of them (the
+        # P6's x87 FMUL holds port 0 two cycles, its FADD one); the rest at the rate.
+        issue = fma / lanes * float(mac_cycles) / core_hz + max(0, work.flops - 2 * fma) / rate
+        compute = max(compute, issue)
     outer = machine.timing.params.get("outer_product")
     if outer and work.op == "gemm" and work.dims is not None and work.dims[2] == 1:
         # A host whose library runs a K = 1 product in its own loop, not the BLAS
@@ -329,7 +386,14 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
         compute = work.flops / 2 * float(outer)
     elif work.op == "gemm" and work.dims is not None:
         compute /= product_efficiency(machine, work.dims)
-    terms = _transfers(traffic)
+    terms = {lv.name: lv.bytes / (lv.bandwidth * (busy if lv.scope == "core" else 1)) if lv.bandwidth else 0.0
+             for lv in traffic.levels}
+    load_ports = machine.timing.params.get("load_ports")
+    if load_ports and traffic.levels:
+        # The first level serves the core through its load and store ports: one element
+        # (x87), or up to a vector register of them, per instruction.
+        first = traffic.levels[0].name
+        terms[first] = max(terms[first], _port_time(machine, work.dtype, traffic, float(load_ports)) / core_hz)
     # Little's law: with mlp misses in flight on each busy core, a level serves at most
     # mlp x busy fetches per latency, whatever its bandwidth.
     mlp = float(_param(machine, "mlp", 1)) * busy
@@ -344,6 +408,29 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     else:
         raise InputError(f"overlap must be 'sum' or 'max', got {how!r}", field="timing.overlap")
     return ModelTimes(compute, 0.0, stall, terms)
+
+
+def _lanes(machine: Machine, dtype: str) -> float:
+    """Elements of ``dtype`` one FP instruction or one load works on: ``vector_bytes`` /
+    element bytes, 1 where the profile states no vector width (x87) or the element is wider."""
+    width = float(machine.timing.params.get("vector_bytes", 0) or 0)
+    return max(1.0, width / DTYPE_BYTES.get(dtype, width or 1)) if width else 1.0
+
+
+def _port_time(machine: Machine, dtype: str, traffic: KernelTraffic, load_ports: float) -> float:
+    """Cycles (all busy cores together) the load and store ports take for the demand:
+    max(loads / load_ports, stores / store_ports), each access at least one instruction
+    and a wider one a register's width per instruction."""
+    store_ports = float(machine.timing.params.get("store_ports", load_ports))
+    demand = traffic.levels[0].bytes
+    accesses = traffic.demand_reads + traffic.demand_writes
+    read_bytes = traffic.demand_read_bytes
+    if read_bytes is None:
+        read_bytes = demand * traffic.demand_reads // accesses if accesses else 0
+    width = _lanes(machine, dtype) * DTYPE_BYTES.get(dtype, 4)
+    loads = max(traffic.demand_reads, read_bytes / width)
+    stores = max(traffic.demand_writes, (demand - read_bytes) / width)
+    return max(loads / load_ports, stores / store_ports)
 
 
 def product_efficiency(machine: Machine, dims: tuple[int, int, int]) -> float:

@@ -23,11 +23,12 @@ from ..timing import (
     rate_dtype,
     time_kernel,
     traffic_from_counters,
+    vector_streams,
     word_widening,
 )
 from ..workloads.step import Step
 from .plan import ReplayPlan, plan_replay
-from .replay import _demand, replay_step
+from .replay import _demand, _demand_by_kind, replay_step
 
 
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
@@ -47,6 +48,9 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
     timings: list[KernelTiming] = []
     for kernel, low, counts in zip(step.kernels, plan.lowered, counters, strict=True):
         reads, writes, nbytes, inner = _demand(low)
+        strides: tuple[tuple[int, int], ...] = ()
+        if machine.timing.model == "vector":  # the strip loop's iterations and strided loads
+            inner, strides = vector_streams(low.nests, int(machine.timing.params.get("word_bytes", 8)))
         traffic = traffic_from_counters(
             machine,
             counts,
@@ -56,6 +60,8 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
             inner_iterations=inner,
             vector_instructions=low.vector_instructions,
             parallel_units=low.parallel_units,
+            demand_read_bytes=_demand_by_kind(low)[2],
+            strides=strides,
         )
         timings.append(
             time_kernel(
