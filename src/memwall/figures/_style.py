@@ -46,9 +46,42 @@ def sources(extra: str = "") -> str:
     return f"{text} {extra}".strip()
 
 
-def _finish(fig, note: str) -> None:
-    fig.text(0.01, 0.005, note, fontsize=6.5, color="#555555", ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+def _wrap_to(fig, text: str, fontsize: float, width_px: float) -> str:
+    """``text`` broken into lines no wider than ``width_px`` at ``fontsize``, as the
+    figure's renderer measures them (matplotlib's own ``wrap`` ignores reserved space)."""
+    import textwrap
+
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    probe = Text(0, 0, "", fontsize=fontsize, figure=fig)
+
+    def width(s: str) -> float:
+        probe.set_text(s)
+        return probe.get_window_extent(renderer).width
+
+    chars = max(20, int(len(text) * width_px / max(width(text), 1.0)))
+    while chars > 20:
+        lines = textwrap.wrap(text, chars, break_on_hyphens=False)
+        if all(width(line) <= width_px for line in lines):
+            return "\n".join(lines)
+        chars -= 4
+    return "\n".join(textwrap.wrap(text, chars, break_on_hyphens=False))
+
+
+def _finish(fig, note: str, then: Callable[[], Any] | None = None) -> None:
+    """The footnote along the bottom edge, wrapped to the figure's width, with the axes laid
+    out above the height it measures (so it never runs over an axis's labels); ``then`` runs
+    once the layout is final (:func:`place_labels` needs it)."""
+    fontsize = 6.5
+    margin = 0.01 * fig.bbox.width
+    text = fig.text(0.01, 0.005, _wrap_to(fig, note, fontsize, fig.bbox.width - 2 * margin), fontsize=fontsize,
+                    color="#555555", ha="left", va="bottom", linespacing=1.25)
+    height = text.get_window_extent(fig.canvas.get_renderer()).height
+    bottom = min(0.45, (height + 0.012 * fig.bbox.height) / fig.bbox.height + 0.005)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    if then is not None:  # what must be placed in the final layout (labels beside points)
+        then()
 
 
 def _log_log(ax, xlabel: str, ylabel: str, title: str, legend: str = "best") -> None:
@@ -100,6 +133,61 @@ def spaced(rows: Sequence[Row], at: Callable[[Row], tuple[float, float]], gap: t
             kept.append((x, y))
             out.append(r)
     return out
+
+
+def place_labels(ax, items: Sequence[tuple[Any, ...]], *, avoid: Sequence[tuple[float, float]] = (),
+                 fontsize: float = 6, colour: str = "#333333", **text: Any) -> list[Any]:
+    """Label points without overprinting: each ``(x, y, text)`` or ``(x, y, text, reach)``
+    (data coordinates, in order of priority; ``reach``: the farthest offset in points, 50
+    unless given) is tried at offsets around its point, nearest first, and kept at
+    the first where its box stays inside the axes and clear of the labels already placed,
+    of the legend and of the points in ``avoid``; a label with no such place is left out.
+    Call it once the layout is final (``_finish(fig, note, then=...)``). Returns the
+    labels drawn."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer).padded(-2)
+    taken = [leg.get_window_extent(renderer) for leg in [ax.get_legend()] if leg is not None]
+    taken += [t.get_window_extent(renderer) for t in ax.texts if t.get_visible() and t.get_text().strip()]
+    dots = [ax.transData.transform((x, y)) for x, y in avoid]
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+    drawn = []
+    probe = Text(0, 0, "", fontsize=fontsize, figure=fig, **text)
+    px_per_pt = fig.dpi / 72.0
+    for x, y, label_text, *rest in items:
+        reach = rest[0] if rest else 50
+        point = ax.transData.transform((x, y))
+        probe.set_text(label_text)
+        size = probe.get_window_extent(renderer)  # its box, measured once; placed by arithmetic
+        w, h = size.width + 2, size.height + 2
+        spot = None
+        for distance in (d for d in (3, 10, 20, 34, 50) if d <= reach):
+            for dx, dy in directions:
+                ox, oy = point[0] + dx * distance * px_per_pt, point[1] + dy * distance * px_per_pt
+                x0 = ox if dx > 0 else ox - w if dx < 0 else ox - w / 2
+                y0 = oy if dy > 0 else oy - h if dy < 0 else oy - h / 2
+                box = Bbox.from_bounds(x0, y0, w, h)
+                if (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
+                        and not any(box.overlaps(t) for t in taken)
+                        and not any(box.x0 - 2 < px < box.x1 + 2 and box.y0 - 2 < py < box.y1 + 2
+                                    for px, py in dots if abs(px - point[0]) + abs(py - point[1]) > 0.5)):
+                    spot = (dx, dy, distance, box)
+                    break
+            if spot:
+                break
+        if spot is None:
+            continue
+        dx, dy, distance, box = spot
+        arrow = {"arrowstyle": "-", "color": "#999999", "lw": 0.5} if distance > 10 else None
+        drawn.append(ax.annotate(label_text, (x, y), xytext=(dx * distance, dy * distance), textcoords="offset points",
+                                 ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                                 va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+                                 fontsize=fontsize, color=colour, arrowprops=arrow, **text))
+        taken.append(box)
+    return drawn
 
 
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ._style import (
     e,
     empty_spec,
     hover,
+    place_labels,
     spaced,
     spec,
 )
@@ -78,15 +79,16 @@ def draw(data: Mapping[str, Any]):
         sub = [r for r in table if r["kind"] == kind]
         right.scatter([r["year"] for r in sub], [r["balance"] for r in sub],
                       marker=KIND_MARKERS.get(kind, "o"), s=40, label=kind, zorder=3)
-    for r in spaced(table, lambda r: (r["year"], math.log10(r["balance"])), (4.0, 0.25)):
-        right.annotate(r["name"], (r["year"], r["balance"]), fontsize=6, xytext=(3, 3),
-                       textcoords="offset points")
+    # Names where they fit: spaced first (one a neighbourhood), then placed clear of each other.
+    named = [(r["year"], r["balance"], r["name"])
+             for r in spaced(table, lambda r: (r["year"], math.log10(r["balance"])), (4.0, 0.25))]
+    dots = [(r["year"], r["balance"]) for r in table]
     right.set_yscale("log")
     right.set_xlabel("year of introduction")
     right.set_ylabel("machine balance (FLOP per byte of main memory)")
     acc, win = fits.get("accelerator"), fits.get("gholami-window")
     parts = [f"{name}: ×{f['balance_growth']:.2f}" for name, f in (("accelerators", acc), ("1998–2020", win)) if f]
-    right.set_title("Balance drift per 2 years — " + ", ".join(parts)
+    right.set_title("Balance drift per 2 years\n" + ", ".join(parts)
                     + f" (Gholami: ×{GHOLAMI['peak'] / GHOLAMI['bandwidth']:.2f})", fontsize=9)
     right.legend(title="kind", fontsize=7)
     right.grid(True, which="major", alpha=0.3)
@@ -96,7 +98,8 @@ def draw(data: Mapping[str, Any]):
                 for f in fits.values()) + f". Beside {GHOLAMI_REF} (3.0× and 1.6× per 2 years, and 1.4× for "
             "interconnect). Links: the per-device bandwidth within a node, one direction, of the profiles that "
             "state an [interconnect]" + (f" ({links['machines']} machines, {links['first_year']}–{links['last_year']})"
-                                         if links else "") + ".")
+                                         if links else "") + ".",
+            then=lambda: place_labels(right, named, avoid=dots, colour="#000000"))
     return fig
 
 
