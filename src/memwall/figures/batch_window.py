@@ -100,7 +100,7 @@ def draw(data: Mapping[str, Any]):
     if len({r["batch"] for r in sel}) < 2:
         return _empty(f"{NUMBER}. {TITLE}", NEEDS)
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(12, 6))
     _machines(ax, sel, model, plt.get_cmap("tab10"))
     _wide(ax, wide)
     crit = next((t for t in model if t.get("b_crit")), None)
@@ -114,7 +114,8 @@ def draw(data: Mapping[str, Any]):
     ax.set_ylabel("fraction of peak FLOP/s")
     ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7)
+    # Beside the axes, not over the curves.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
     _finish(fig, sources(_note(model, crit)))
     return fig
 

@@ -150,6 +150,40 @@ def no_reuse_intensity(rows: Iterable[Row]) -> dict[str, float]:
     return best
 
 
+# Figure 2's finding: one network per-example on the machines of its own era.
+FLIP_NETWORK = "nettalk"
+FLIP_ERA_END = 1989
+
+
+def flip_finding(rows: Iterable[Row], network: str = FLIP_NETWORK, until: int = FLIP_ERA_END) -> list[dict[str, Any]]:
+    """Per machine of ``until`` or earlier, ``network``'s per-example step: its
+    memory_ratio, bound and balance, oldest first; for a vector machine also what its
+    memory ports deliver against its pipes (``flops_per_element``: FLOP a clock at the
+    step's dtype over the elements the ports carry a clock, each in a whole word where
+    the machine has no narrower float), the figures behind a flip at batch 1."""
+    from ..profiles import load_machine
+    from ..vocabulary import DTYPE_BYTES
+    from .identity import parse_machine_spec
+
+    out = []
+    for r in sorted(per_example_rows(rows), key=lambda r: (r["year"], r["machine"])):
+        if r["network"] != network or r["year"] > until or r.get("memory_ratio") is None:
+            continue
+        row = {k: r.get(k) for k in ("machine", "name", "year", "kind", "dtype", "balance", "memory_ratio", "bound",
+                                     "bound_class")}
+        if r.get("kind") == "vector":
+            m = load_machine(parse_machine_spec(r["machine"])[0])
+            params = m.timing.params
+            word = float(params.get("word_bytes", 8))
+            element = word if not params.get("subword_float", True) else DTYPE_BYTES.get(r["dtype"], word)
+            ports = float(params["memory_ports"])
+            flops_per_clock = float(r["peak_flops"]) / m.clock_hz
+            row.update(memory_ports=ports, word_bytes=word, flops_per_clock=flops_per_clock,
+                       flops_per_element=flops_per_clock / (ports * word / element))
+        out.append(row)
+    return out
+
+
 def stall_levels(rows: Iterable[Row]) -> list[str]:
     """Level names with a stall column, in order of first appearance (nearest level first)."""
     out: dict[str, None] = {}
@@ -194,8 +228,11 @@ def wide_window_rows(rows: Iterable[Row]) -> list[Row]:
         if r["network"] not in dims:
             from ..networks import load_network
 
-            dims[r["network"]] = load_network(r["network"]).d_model
-    return [{**r, "d_model": dims[r["network"]]} for r in out]
+            net = load_network(r["network"])
+            # Only transformers have a width d to set against d_min (a chain of affine
+            # layers at a few batches, the checkpointing study's, is no window series).
+            dims[r["network"]] = float(net.d_model) if net.is_sequence and net.d_model else 0.0
+    return [{**r, "d_model": dims[r["network"]]} for r in out if dims[r["network"]] > 0]
 
 
 def weight_bytes(network: str, seq_len: int | None, dtype: str | None = None) -> dict[str, Any]:
