@@ -25,7 +25,7 @@ from ..canonical import finite
 from ..errors import InputError
 from ..execute.store import read_rows
 from ..figures import FIGURES, heading
-from ..figures.stall_breakdown import breakdown_spec, parts
+from ..figures.stall_breakdown import breakdown_spec, parts, share
 from ..model_version import MODEL_VERSION
 from ..simulation.row import column
 from ..study import draw
@@ -129,23 +129,24 @@ TEXT_COLS = {"machine", "name", "kind", "network", "checkpoint", "updates", "pha
 
 
 def _stall_bar(row: Mapping[str, Any], levels: Sequence[str]) -> str:
-    spans = "".join(f"<span title='{_e(name)} {float(row[col]):.1%}' style='width:{100 * float(row[col]):.2f}%;"
-                    f"background:{colour}'></span>" for name, col, colour in parts(levels, "overhead")
-                    if row.get(col))
+    spans = "".join(f"<span title='{_e(name)} {share(row, col):.1%}' style='width:{100 * share(row, col):.2f}%;"
+                    f"background:{colour}'></span>" for name, col, colour in parts(levels) if share(row, col))
     return f"<div class='bar'>{spans}</div>"
 
 
 def label(spec: Any) -> str:
     """What the report shows for a machine or network: a user file by its name, never its
-    path; a synthetic machine as its base and bandwidth (``h100-sxm @ 98.9 GB/s``)."""
+    path; a synthetic machine as its base and bandwidth (``h100-sxm @ 98.9 GB/s``, and
+    ``, every level scaled`` for ``BASE@hier=X``)."""
     text = "" if spec is None else str(spec)
     base, at, rest = text.rpartition("@")
     head, tail = (base, at + rest) if at and "/" not in rest else (text, "")
-    if tail.startswith("@bw="):
-        try:
-            tail = f" @ {format_byte_rate(float(tail[4:]))}"
-        except ValueError:
-            pass
+    for prefix, what in (("@bw=", ""), ("@hier=", ", every level scaled")):
+        if tail.startswith(prefix):
+            try:
+                tail = f" @ {format_byte_rate(float(tail[len(prefix):]))}{what}"
+            except ValueError:
+                pass
     return (Path(head).name if is_path(head) else head) + tail
 
 
