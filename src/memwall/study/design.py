@@ -3,8 +3,8 @@
 Owns: the study's networks and machines (:data:`CLASSICS`, :data:`LARGE`, the batch
 window's and decode's), :func:`study` (the default study and its ``--quick`` version),
 :func:`product` (plain machines × networks × batches × checkpointing) and
-:func:`synthetic_machines` (one compute engine with its memory bandwidth over decades:
-the synthetic balance sweep of figure 6).
+:func:`synthetic_machines` (one compute engine with its memory bandwidth, or its whole
+memory system, over decades: the synthetic balance sweep of figure 6).
 """
 
 from __future__ import annotations
@@ -68,12 +68,15 @@ def _synthetic_base(ids: Sequence[str]) -> str | None:
 
 
 def synthetic_machines(base: str, decades: float = 4.0, per_decade: int = 3,
-                       low_balance: float = 1.0) -> list[str]:
-    """``base`` with memory bandwidth set so balance runs over ``decades`` from ``low_balance``."""
+                       low_balance: float = 1.0, hierarchy: bool = False) -> list[str]:
+    """``base`` with memory bandwidth set so balance runs over ``decades`` from ``low_balance``:
+    main memory's alone (``BASE@bw=X``), or with ``hierarchy`` the whole memory system
+    scaled with it (``BASE@hier=X``: every level's bandwidth times the same factor, every
+    latency over it), so that no on-chip level or latency floors the memory time."""
     info = machine_info(base)
     peak = info.peak_flops[info.primary_dtype]
     n = int(round(decades * per_decade))
-    return [synthetic_spec(base, float(f"{peak / (low_balance * 10 ** (k / per_decade)):.6g}"))
+    return [synthetic_spec(base, float(f"{peak / (low_balance * 10 ** (k / per_decade)):.6g}"), hierarchy)
             for k in range(n + 1)]
 
 
@@ -86,7 +89,8 @@ def study(*, quick: bool = False) -> list[Case]:
     - a bf16 transformer over batch sizes, up to 8192 tokens, on a few modern machines
       (the batch window), and a wider one, unfused and fused, on one (its plateau);
     - the large network with and without √L checkpointing on one modern machine;
-    - a few networks on one compute engine with memory bandwidth over four decades;
+    - a few networks on one compute engine with memory bandwidth over four decades, main
+      memory's alone and the whole memory system's (each level's bandwidth and latency);
     - decode of a GQA transformer on a few modern machines over batch and context.
 
     ``quick`` keeps one machine per decade, three classics, fewer batches and bandwidths.
@@ -114,8 +118,9 @@ def study(*, quick: bool = False) -> list[Case]:
     if base:
         synth_nets = (classics[:1] + large) if quick else (classics[:3] + large)
         per_decade = 1 if quick else 3
-        cases += product(synthetic_machines(base, per_decade=per_decade), synth_nets, [1],
-                         updates="per-example")
+        for hierarchy in (False, True):
+            cases += product(synthetic_machines(base, per_decade=per_decade, hierarchy=hierarchy), synth_nets, [1],
+                             updates="per-example")
     if DECODE_NETWORK in networks and modern:
         decode_machines = _window_machines(modern, most=1 if quick else 6)
         batches = [1, 64] if quick else list(DECODE_BATCHES)

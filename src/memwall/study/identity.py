@@ -2,8 +2,10 @@
 
 Owns: the shipped machine and network ids, machine specs (an id, a path, or a synthetic
 ``BASE@bw=X``: the shipped profile ``BASE`` with its main-memory bandwidth replaced by
-``X`` bytes/s, same compute engine, same caches, different balance; the synthetic
-balance sweep of figure 6 is made of these), and each profile's and preset's
+``X`` bytes/s, same compute engine, same caches, different balance; ``BASE@hier=X``: its
+whole memory system scaled by one factor so that main memory gives ``X`` bytes/s, every
+level's bandwidth multiplied and every latency divided by it; the synthetic balance sweep
+of figure 6 is made of these), and each profile's and preset's
 fingerprint (a hash of the whole file: any edit changes every key that uses it).
 """
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from ..profiles import Machine
 
 _SYNTH = re.compile(r"^(?P<base>[^@]+)@bw=(?P<bw>[0-9.eE+\-]+)$")
+HIERARCHY = "hier"  # BASE@hier=X: the whole memory system scaled so main memory gives X B/s
+SCOPES = ("bw", HIERARCHY)
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,22 @@ def network_ids() -> list[str]:
 
 
 def load_machine_spec(spec: str) -> Machine:
-    """The profile for an id, a path, or a synthetic ``BASE@bw=X`` spec."""
+    """The profile for an id, a path, or a synthetic ``BASE@bw=X`` or ``BASE@hier=X`` spec."""
     from ..profiles import load_machine
 
     base, bw = parse_machine_spec(spec)
     machine = load_machine(base)
     if bw is None:
         return machine
-    return replace(machine, memory=replace(machine.memory, bandwidth=bw))
+    if synthetic_scope(spec) != HIERARCHY:
+        return replace(machine, memory=replace(machine.memory, bandwidth=bw))
+    # Every level k times faster: bandwidths times k and, so that Little's law (bytes in
+    # flight / latency) scales with them, latencies over k.
+    k = bw / machine.memory.bandwidth
+    levels = tuple(replace(lv, bandwidth=None if lv.bandwidth is None else lv.bandwidth * k,
+                           latency=None if lv.latency is None else lv.latency / k) for lv in machine.levels)
+    return replace(machine, levels=levels,
+                   memory=replace(machine.memory, bandwidth=bw, latency=machine.memory.latency / k))
 
 
 def _fingerprint(value: Any) -> str:
@@ -97,14 +109,17 @@ def machine_info(spec: str) -> MachineInfo:
     base, bw = parse_machine_spec(spec)
     m = load_machine(base)
     bandwidth = m.memory.bandwidth if bw is None else bw
-    name = m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
+    hierarchy = synthetic_scope(spec) == HIERARCHY
+    name = (m.name if bw is None else f"{m.name}, memory at {bandwidth:.3g} B/s"
+            + (f", every level x{bandwidth / m.memory.bandwidth:.3g}" if hierarchy else ""))
     # A profile given as a file is named by its id, as a shipped one is (the row, the
     # tables and the figures show ids; the spec stays the case's, for its key).
     shown = spec if not is_path(base) else m.id + spec[len(base):]
     return MachineInfo(
         id=shown, name=name, year=m.year, kind=m.kind, primary_dtype=m.primary_dtype,
         peak_flops=dict(m.peak_flops), bandwidth=bandwidth,
-        fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw}),
+        fingerprint=_fingerprint({"profile": _content(m.as_dict()), "bandwidth": bw,
+                                  **({"scope": HIERARCHY} if hierarchy else {})}),
         synthetic=bw is not None, on_chip=max((lv.size for lv in m.levels), default=0),
     )
 
@@ -134,8 +149,9 @@ def parse_machine_spec(spec: str) -> tuple[str, float | None]:
     if not base:
         raise InputError(f"synthetic machine '{spec}' names no base machine (use BASE@bw=B/s)", field="machines")
     name, eq, value = rest.partition("=")
-    if name.strip() != "bw" or not eq:
-        raise InputError(f"synthetic machine '{spec}': the only setting after '@' is bw=B/s", field="machines")
+    if name.strip() not in SCOPES or not eq:
+        raise InputError(f"synthetic machine '{spec}': the only setting after '@' is bw=B/s (main memory) or "
+                         "hier=B/s (the whole memory system scaled with it)", field="machines")
     try:
         bw = float(value.replace("_", "x"))  # float() takes 1_000; a spec should not
     except ValueError:
@@ -150,6 +166,16 @@ def parse_machine_spec(spec: str) -> tuple[str, float | None]:
     return base, bw
 
 
-def synthetic_spec(base: str, bandwidth: float) -> str:
+def synthetic_scope(spec: str) -> str | None:
+    """What a synthetic spec scales: ``"bw"`` (main memory's bandwidth alone), ``"hier"``
+    (the whole memory system), None for a plain machine."""
+    base, at, rest = spec.rpartition("@")
+    if not at or "/" in rest or "\\" in rest:
+        return None
+    scope = rest.partition("=")[0].strip()
+    return scope if scope in SCOPES else None
+
+
+def synthetic_spec(base: str, bandwidth: float, hierarchy: bool = False) -> str:
     # repr keeps the exact double, so the spec (and the key) is the same on every run.
-    return f"{base}@bw={float(bandwidth)!r}"
+    return f"{base}@{HIERARCHY if hierarchy else 'bw'}={float(bandwidth)!r}"
