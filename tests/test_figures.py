@@ -207,3 +207,101 @@ def test_every_figure_draws_and_specs_an_empty_sweep(pyplot):
         spec = module.plotly({})
         assert spec["data"] == [] and "No data" in spec["layout"]["annotations"][0]["text"], name
         assert module.prose({}) == "", name
+
+
+# --- text boxes: nothing overprints, nothing is cut off ------------------------------------------
+
+
+def _text_boxes(fig) -> tuple[list, list]:
+    """(name, window box) of every drawn tick label, and of every other text box: titles, axis
+    labels, annotations and texts, legends, the footnote and the suptitle."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ticks, texts = [], []
+
+    def add(where, artist, what):
+        if artist is None or not artist.get_visible():
+            return
+        if isinstance(artist, Text):
+            if not artist.get_text().strip():
+                return
+            box = Text.get_window_extent(artist, renderer)  # the words, without an annotation's leader line
+        else:
+            box = artist.get_window_extent(renderer)
+        if box.width > 0 and box.height > 0:
+            where.append((what, box))
+
+    for k, ax in enumerate(fig.axes):
+        shown = ax.get_visible() and ax.axison
+        drawn = [tick for axis_ in (ax.xaxis, ax.yaxis) for tick in axis_._update_ticks()] if shown else []
+        for lab in (lab for tick in drawn for lab in (tick.label1, tick.label2)):  # the ticks within the view
+            add(ticks, lab, f"axes {k} tick {lab.get_text()!r}")
+        labels = (ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label) if shown else ()
+        for t in (*labels, *ax.texts):
+            add(texts, t, f"axes {k} {t.get_text()[:40]!r}")
+        add(texts, ax.get_legend(), f"axes {k} legend")
+    for t in fig.texts:
+        if t is not fig._suptitle:
+            add(texts, t, f"figure text {t.get_text()[:40]!r}")
+    for leg in fig.legends:
+        add(texts, leg, "figure legend")
+    if fig._suptitle is not None:
+        add(texts, fig._suptitle, "suptitle")
+    return ticks, texts
+
+
+def overprints(fig) -> list[str]:
+    """What is wrong with a figure's text: a box cut by the figure's edge, two text boxes
+    overlapping, or a text box over a tick label."""
+    ticks, texts = _text_boxes(fig)
+    edge = fig.bbox.padded(1)
+    out = [f"{n} is cut off by the figure's edge" for n, b in ticks + texts
+           if not (edge.contains(b.x0, b.y0) and edge.contains(b.x1, b.y1))]
+    for i, (n1, b1) in enumerate(texts):
+        out += [f"{n1} overlaps {n2}" for n2, b2 in texts[i + 1:] if b1.overlaps(b2)]
+        out += [f"{n1} overlaps {n2}" for n2, b2 in ticks if b1.overlaps(b2)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def figure_data(tmp_path_factory, quick_sweep, fast_measurements):
+    """Each sweep figure's tables from the session's small sweep, plus a whole-memory-system
+    synthetic sweep (figure 6's second panel) of its own; the validation from the fast
+    measurements."""
+    from memwall.execute import sweep as sw
+    from memwall.execute.validation import write_validation
+    from memwall.study import design
+    from memwall.study.draw import figure_data, makers
+
+    out = tmp_path_factory.mktemp("figure-text")
+    shutil.copytree(quick_sweep.out, out, dirs_exist_ok=True)
+    extra = design.product(design.synthetic_machines("h100-sxm", decades=4, per_decade=1, hierarchy=True),
+                           ["nettalk"], [1], updates="per-example")
+    rows = list(quick_sweep.rows) + list(sw.run_sweep(extra, out / "hier", jobs=2, progress=False).rows)
+    tables = makers(out, rows, machines=tb.machine_table(), ledger=tb.ledger_table(batches=(1, 64, 1024, 4096)))
+    write_validation(out, fast_measurements, progress=False)
+    data = {name: tables[name][1]() for name in NAMES if name in tables}
+    data["validation"] = figure_data(out, "validation")["data"]
+    return data
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_figure_text_overprints_or_is_cut_off(name, figure_data, pyplot):
+    from memwall.figures import FIGURES
+
+    fig = FIGURES[name].draw(figure_data[name])
+    try:
+        assert fig.axes and not overprints(fig), f"{name}: " + "; ".join(overprints(fig))
+    finally:
+        pyplot.close(fig)
+
+
+def test_the_overprint_check_sees_an_overprint(pyplot):
+    fig, ax = pyplot.subplots(figsize=(4, 3))
+    ax.set_xlabel("balance")
+    ax.text(0.5, -0.12, "a note over the tick labels", transform=ax.transAxes, ha="center")
+    ax.set_title("a title far wider than the little figure it is drawn on, so it runs off both edges")
+    found = " ".join(overprints(fig))
+    assert "over the tick labels" in found and "cut off" in found
