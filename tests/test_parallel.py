@@ -393,3 +393,21 @@ def test_inspect_prints_the_communication_beside_the_kernels(capsys) -> None:
     assert "tp: block activations" in out and "pp: activations between stages" in out
     assert "bubble" in out and "(p-1)/(m+p-1) = 0.333" in out
     assert out.index("update.") < out.index("communication")  # the kernels first, then what they send
+
+
+def test_a_stage_replayed_once_per_process_equals_the_full_replay_bit_for_bit():
+    # Two cases whose device steps are the same (dp changes the replicas, not a device's
+    # share): the second takes the first's counters; both equal a replay from nothing.
+    from memwall.simulation import replay
+
+    a = Case(machine="a100-sxm", network="gpt2-small", batch=2, tp=2, pp=2)
+    b = Case(machine="a100-sxm", network="gpt2-small", batch=2, tp=2, pp=2, dp=2)
+    replay._REPLAYED.clear()
+    cold = json.dumps(run_case(a), sort_keys=True)
+    kept = len(replay._REPLAYED)
+    assert kept >= 1
+    reused = json.dumps(run_case(b), sort_keys=True)
+    assert len(replay._REPLAYED) == kept  # b's stages were a's
+    replay._REPLAYED.clear()
+    assert json.dumps(run_case(b), sort_keys=True) == reused
+    assert json.dumps(run_case(a), sort_keys=True) == cold

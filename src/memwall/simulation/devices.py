@@ -18,7 +18,7 @@ from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
 from .plan import check_cost, plan_replay
-from .replay import _ticker, replay_step
+from .replay import _ticker, replay_once
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step
@@ -53,7 +53,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     counters = []
     done = 0
     for plan in plans:
-        counters.append(replay_step(machine, plan, _ticker(progress, total, done)))
+        counters.append(replay_once(machine, plan, _ticker(progress, total, done)))
         done += plan.lookups
 
     def stages(on: Machine) -> list:

@@ -4,13 +4,16 @@ Owns: :func:`replay_step` (the counters each kernel adds on the plan's last pass
 counts of a machine without caches (:func:`uncached_counters`, from the streams alone),
 the cutting of long nests into pieces (progress and Ctrl-C between them), and what a
 replay depends on (:func:`engine_fields`, :func:`replay_key`), so cases that differ only
-in what the engine never sees share one replay.
+in what the engine never sees share one replay; and :func:`replay_once`, a planned step
+replayed once per process whatever case asks for it (a device's share that repeats
+across the stages and cases of a multi-device study).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol
@@ -105,6 +108,39 @@ def replay_step(machine: Machine, plan: ReplayPlan,
         counts = [_replay(hierarchy, replays, plan.line, progress) for replays in plan.replays]
         if p == plan.passes - 1:
             counters = counts
+    return counters
+
+
+# Replays this process made, by :func:`plan_digest`: the engine is deterministic, so the same
+# plan on the same engine fields gives the same counters, bit for bit.
+_REPLAYED: OrderedDict[str, list[HierarchyCounters]] = OrderedDict()
+REPLAYED_KEPT = 64  # a stage's counters are kilobytes a kernel: a few MB at most
+
+
+def plan_digest(machine: Machine, plan: ReplayPlan) -> str:
+    """What a planned replay depends on, hashed: the engine's fields of the machine and the
+    plan itself (its passes, line size and every nest it replays, whole or sampled)."""
+    text = repr((MODEL_VERSION, engine_fields(machine), plan.passes, plan.line, plan.replays,
+                 [uncached_counters(low) for low in plan.lowered] if not machine.cache_levels else None))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def replay_once(machine: Machine, plan: ReplayPlan,
+                progress: Callable[[int], Any] | None = None) -> list[HierarchyCounters]:
+    """:func:`replay_step`'s answer, computed once per process for each :func:`plan_digest`
+    (a stage that repeats across a pipeline's stages, or a device's share that several
+    cases run with other dp, ZeRO or link figures, is replayed once)."""
+    key = plan_digest(machine, plan)
+    kept = _REPLAYED.get(key)
+    if kept is not None:
+        _REPLAYED.move_to_end(key)
+        if progress is not None:
+            progress(plan.lookups)
+        return kept
+    counters = replay_step(machine, plan, progress)
+    _REPLAYED[key] = counters
+    while len(_REPLAYED) > REPLAYED_KEPT:
+        _REPLAYED.popitem(last=False)
     return counters
 
 
