@@ -89,6 +89,7 @@ class Training:
     fusion: str
     attention: str | None
     grad_dtype: str | None
+    update_fusion: str | None  # fused or separate for a training step (the default resolved), else None
 
 
 @dataclass(frozen=True)
@@ -435,7 +436,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         rates=_rates(step, timing, dtype),
         training=Training(accumulate=cfg.accumulate, fusion=cfg.fusion,
                           attention=step.network.attention if step.network.is_sequence else None,
-                          grad_dtype=cfg.gradient_dtype if cfg.training else None),
+                          grad_dtype=cfg.gradient_dtype if cfg.training else None,
+                          update_fusion=cfg.update_fusion_mode),
         bytes=timing.bytes,
         ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}),
         kernels=_kernel_rows(timing),

@@ -63,6 +63,8 @@ ROW: tuple[Column, ...] = (
     Column("accumulate", "int", "", "accumulate", "micro-batches per optimizer step"),
     Column("fusion", "text", "", "fusion", "kernel fusion"),
     Column("attention", "text", "", "attention", "attention kernels asked for (null: the network's own)"),
+    Column("update_fusion", "text", "", "update", "training: the weight update fused into the gradient's kernel "
+           "or separate (the default resolved); null for inference"),
     Column("mfu", "number", "", "MFU", "model FLOPs utilisation"),
     Column("hfu", "number", "", "HFU", "hardware FLOPs utilisation"),
     Column("weights_on_chip", "flag", "", "weights on chip", "the weights fit in the largest on-chip level"),
@@ -151,6 +153,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
         "accumulate": case.accumulate, "fusion": case.fusion, "attention": case.attention,
+        "update_fusion": case.update_fusion,
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns
@@ -169,6 +172,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "achieved_flops": float(result["achieved_flops"]),
         "peak_flops": float(result["peak_flops"]),
         "bound": result["bound"],
+        "update_fusion": result.get("update_fusion"),
         "mfu": result.get("mfu"),
         "hfu": result.get("hfu"),
         "cycles_total": total,
