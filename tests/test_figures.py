@@ -54,6 +54,19 @@ def test_a_figure_is_redrawn_only_when_its_data_changed(sweep_copy, pyplot, quic
     assert all(p.read_bytes() != b"marker" for p in png.values())
 
 
+def test_a_figure_whose_drawing_changed_is_redrawn_though_its_data_did_not(sweep_copy, pyplot, quick_sweep,
+                                                                           monkeypatch):
+    from memwall.study import draw
+
+    png = sweep_copy / "figures" / "regime_flip.png"
+    write_figures(sweep_copy, quick_sweep.rows, only=["regime_flip"])
+    png.write_bytes(b"marker")
+    real = draw.drawing_version
+    monkeypatch.setattr(draw, "drawing_version", lambda name: real(name) + "-edited")
+    write_figures(sweep_copy, quick_sweep.rows, only=["regime_flip"])
+    assert png.read_bytes() != b"marker"
+
+
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
     # (the validation, the high-water and the capacity sweep draw from the shipped data, not the sweep's rows)
     sweep_figures = [n for n in NAMES

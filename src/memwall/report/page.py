@@ -214,7 +214,7 @@ def build_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | N
     rows = read_rows(folder)
     missing = [n for n, module in FIGURES.items() if not module.OPT_IN and draw.figure_data(folder, n) is None]
     if missing:
-        draw.write_figures(folder, rows, only=missing)
+        draw.write_figures(folder, rows, only=missing, command="memwall report")
     text = render(rows, folder)
     try:
         target.write_text(text, encoding="utf-8")

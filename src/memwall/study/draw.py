@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +111,27 @@ def figure_data(folder: str | os.PathLike[str], name: str) -> dict[str, Any] | N
         return None
 
 
+@cache
+def drawing_version(name: str) -> str:
+    """A hash of the code that draws figure ``name`` (its module and the shared style), so
+    a figure whose drawing changed is drawn again though its data did not."""
+    import importlib.util
+
+    texts = []
+    for module in (FIGURES[name].__name__, "memwall.figures._style"):
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        texts.append(Path(origin).read_bytes() if origin else module.encode())
+    return hashlib.sha256(b"\0".join(texts)).hexdigest()[:16]
+
+
 def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   machines: Sequence[Mapping[str, Any]] | None = None,
                   ledger: Sequence[Mapping[str, Any]] | None = None,
                   only: Iterable[str] | None = None,
                   measurements: str | os.PathLike[str] | None = None,
-                  gholami: Mapping[str, Any] | None = None, quick: bool = False) -> dict[str, list[Path]]:
+                  gholami: Mapping[str, Any] | None = None, quick: bool = False,
+                  progress: bool = True, command: str = "memwall sweep") -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
     Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
@@ -129,41 +144,53 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     shipped measurements, or those in ``measurements`` (file or folder). Figures in
     :data:`memwall.figures.OPT_IN` are drawn only when named in ``only``; ``gholami``
     holds keyword arguments of :func:`memwall.study.gholami.gholami_table`. ``quick`` (a
-    quick sweep's) validates the one-device measurements only.
+    quick sweep's) validates the one-device measurements only. Each figure is said on
+    stderr as it is drawn (``progress``; :class:`memwall.progress.Phase`).
     """
-    from ..canonical import dumps
-    from ..execute.store import atomic_write, remove_stale_temps, write_csv
-    from ..figures._style import save
+    from ..execute.store import remove_stale_temps
+    from ..progress import Phase
 
     names = list(only) if only else list(NAMES)
     folder = Path(out) / "figures"
     remove_stale_temps(folder, lambda final: final.endswith((".json", ".csv")))  # a killed writer's
     tables = makers(out, rows, machines=machines, ledger=ledger, gholami=gholami)
     written: dict[str, list[Path]] = {}
-    for name in names:
-        if name not in tables:
-            continue
-        inputs_of, data_of = tables[name]
-        stored = figure_data(out, name)
-        inputs = inputs_of() if inputs_of else None
-        if inputs is not None and stored and stored.get("inputs") == inputs:
-            data = stored["data"]
-        else:
-            data = data_of()
-        digest = hashlib.sha256(dumps({"model": MODEL_VERSION, "data": data}).encode()).hexdigest()
-        paths = [folder / f"{name}.png", folder / f"{name}.svg"]
-        if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
-            written[name] = paths
-            continue
-        written[name] = save(FIGURES[name].draw(data), folder, name)
-        first = next(iter(data))
-        write_csv(folder / f"{name}.csv", data[first])
-        for extra in list(data)[1:]:
-            write_csv(folder / f"{name}-{extra}.csv", data[extra])
-        atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
+    drawn = [n for n in names if n in tables]
+    with Phase(command, "drawing figures", len(drawn), unit="figure", enabled=progress) as phase:
+        for name in drawn:
+            phase.note(name)
+            written[name] = _draw_one(name, out, folder, tables[name])
+            phase.update()
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
         from ..execute.validation import write_validation
 
-        written["validation"] = write_validation(out, measurements, one_device=quick)
+        written["validation"] = write_validation(out, measurements, one_device=quick, progress=progress)
     return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}
+
+
+def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker) -> list[Path]:
+    """One figure drawn into ``folder`` with its data, unless its digest says it is there."""
+    from ..canonical import dumps
+    from ..execute.store import atomic_write, write_csv
+    from ..figures._style import save
+
+    inputs_of, data_of = maker
+    stored = figure_data(out, name)
+    inputs = inputs_of() if inputs_of else None
+    if inputs is not None and stored and stored.get("inputs") == inputs:
+        data = stored["data"]
+    else:
+        data = data_of()
+    digest = hashlib.sha256(dumps({"model": MODEL_VERSION, "drawing": drawing_version(name),
+                                   "data": data}).encode()).hexdigest()
+    paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+    if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
+        return paths
+    paths = save(FIGURES[name].draw(data), folder, name)
+    first = next(iter(data))
+    write_csv(folder / f"{name}.csv", data[first])
+    for extra in list(data)[1:]:
+        write_csv(folder / f"{name}-{extra}.csv", data[extra])
+    atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
+    return paths
