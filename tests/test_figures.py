@@ -318,3 +318,15 @@ def test_the_overprint_check_sees_an_overprint(pyplot):
     ax.set_title("a title far wider than the little figure it is drawn on, so it runs off both edges")
     found = " ".join(overprints(fig))
     assert "over the tick labels" in found and "cut off" in found
+
+
+def test_the_flip_finding_says_the_seeds_quantity_beside_the_whole_steps():
+    from memwall.figures.regime_flip import finding_prose
+
+    data = {"finding": [
+        {"machine": "cray-1", "name": "Cray-1", "year": 1976, "kind": "vector", "memory_ratio": 1.35,
+         "memory_ratio_micro": 0.676, "bound": "timing.memory_ports", "bound_class": "memory"},
+        {"machine": "vax", "name": "VAX-11/780", "year": 1978, "kind": "scalar", "memory_ratio": 0.04,
+         "memory_ratio_micro": 0.04, "bound": "issue_costs.fadd", "bound_class": "compute"}]}
+    text = finding_prose(data)
+    assert "Cray-1" in text and "1.35" in text and "0.676" in text and "seed counts it" in text

@@ -58,7 +58,8 @@ def test_detect_writes_the_per_call_cost_as_eager_dispatch(profile: Path) -> Non
 
 def test_prediction_grows_by_kernels_times_host_issue(profile: Path) -> None:
     """On a host (the core that issues also computes) every kernel run adds host_issue."""
-    case = Case(machine=str(profile), network="nettalk", batch=2, updates="per-example", dtype="fp32")
+    case = Case(machine=str(profile), network="nettalk", batch=2, updates="per-example", dtype="fp32",
+                update_fusion="separate")  # the updates as four kernels of their own
     base = profiles.load_machine_file(profile, sets={"timing.dispatch.eager.host_issue": "1 us"})
     more = profiles.load_machine_file(profile, sets={"timing.dispatch.eager.host_issue": "11 us"})
     a, b = run_case(case, machine=base), run_case(case, machine=more)
@@ -81,7 +82,7 @@ def test_k1_products_run_at_the_measured_outer_product_time(profile: Path) -> No
     outer = 80 * 203 + 26 * 80  # NETtalk's two dW products over one example
     assert b["seconds"] - a["seconds"] == pytest.approx(outer * 5e-6, rel=1e-6)
     by_name = {k["name"]: k for k in b["kernels"]}
-    assert by_name["L1.dW"]["bound"] == "compute"
+    assert by_name["L1.dW+update"]["bound"] == "compute"  # per-example: the update fused into it
 
 
 def test_product_efficiency_interpolates_the_measured_curves(profile: Path) -> None:

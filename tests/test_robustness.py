@@ -391,7 +391,11 @@ def test_validate_reports_a_case_that_raises(monkeypatch, tmp_path, capsys):
     def boom(case):
         raise OverflowError("int too large to convert")
 
+    import memwall.execute.validation as ev
+
     monkeypatch.setattr(v, "default_predictor", lambda: boom)
+    monkeypatch.setattr(ev, "default_predictor", lambda: boom)  # what validate's cache falls back on
+    monkeypatch.setenv("MEMWALL_CACHE", "off")  # no stored prediction of this case answers instead
     d = tmp_path / "m"
     d.mkdir()
     (d / "a.toml").write_text(measurement_text("h100-sxm"))

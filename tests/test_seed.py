@@ -71,5 +71,8 @@ def test_memory_ratio_micro_leaves_out_the_update_and_the_word_widening():
     # The same machine with 32-bit floating point: each element moves at its own width.
     narrow = run_case(case, machine=load_machine("cray-1", sets={"timing.subword_float": "true"}))
     assert narrow["memory_ratio"] < words["memory_ratio"]  # the whole step's ratio counts words
-    assert narrow["memory_ratio_micro"] == pytest.approx(words["memory_ratio_micro"], rel=1e-9)
+    # Equal where memory time is proportional to bytes; the vector model's bank conflicts
+    # are charged per element, whatever its width, so dividing by the widening leaves them
+    # a little short (docs/timing.md, "The seed model, beside the simulation").
+    assert narrow["memory_ratio_micro"] == pytest.approx(words["memory_ratio_micro"], rel=0.1)
     assert words["memory_ratio_micro"] < words["memory_ratio"]  # the per-example update is left out

@@ -200,17 +200,11 @@ class LoopNest:
         at their first iteration (``outer`` of them in the whole nest), and the scale."""
         count = self.counts[d]
         w = min(k, count - k)
-        # The window sits in the middle of loop d, not at its start: the first iterations
-        # still find the previous kernel's lines in the caches, which the rest do not.
-        start = (count - k - w) // 2
         head = (1,) * d
         rest = self.counts[d + 1 :]
-
-        def at(first: int) -> tuple:
-            return tuple(replace(a, base=a.base + first * a.strides[d]) for a in self.accesses)
-
-        warm = LoopNest(head + (w,) + rest, at(start), self.label + ".warm") if w else None
-        counted = LoopNest(head + (k,) + rest, at(start + w), self.label + ".sample")
+        warm = LoopNest(head + (w,) + rest, self.accesses, self.label + ".warm") if w else None
+        shifted = tuple(replace(a, base=a.base + w * a.strides[d]) for a in self.accesses)
+        counted = LoopNest(head + (k,) + rest, shifted, self.label + ".sample")
         return warm, counted, outer * count / k
 
     def bytes_by_tensor(self) -> dict[str, int]:

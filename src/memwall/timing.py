@@ -382,8 +382,10 @@ def overlapped(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     outer = machine.timing.params.get("outer_product")
     if outer and work.op == "gemm" and work.dims is not None and work.dims[2] == 1:
         # A host whose library runs a K = 1 product in its own loop, not the BLAS
-        # (numpy.matmul): flops / 2 output elements at the measured time each.
-        compute = work.flops / 2 * float(outer)
+        # (numpy.matmul): one multiply-add an output element, at the measured time each;
+        # what else the kernel does (a weight update fused into it) at the rate.
+        outputs = fma or work.flops // 2
+        compute = outputs * float(outer) + max(0, work.flops - 2 * outputs) / rate
     elif work.op == "gemm" and work.dims is not None:
         compute /= product_efficiency(machine, work.dims)
     terms = {lv.name: lv.bytes / (lv.bandwidth * (busy if lv.scope == "core" else 1)) if lv.bandwidth else 0.0

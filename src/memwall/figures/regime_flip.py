@@ -298,10 +298,16 @@ def finding_prose(data: Mapping[str, Any]) -> str:
     bounds = sorted({r.get("bound") for r in found["scalar"] if r.get("bound")})
     classes = sorted({r.get("bound_class") for r in found["scalar"] if r.get("bound_class")})
     bound = f", bound by {e(' or '.join(classes))} ({e(', '.join(bounds))})" if classes else ""
+    micro = [r for r in found["over"] if r.get("memory_ratio_micro") is not None]
+    seed_view = ("" if not micro else
+                 " Part of it is the whole step's own: counted as the seed counts it (the micro-batch's kernels, "
+                 "each element at its dtype's width, so neither the update that follows every example nor the "
+                 "64-bit word an fp32 element takes on a Cray), the ratio is "
+                 + ", ".join(f"{e(short(r['name']))} {r['memory_ratio_micro']:.3g}" for r in micro) + ".")
     return (f"<b>The flip is already in the 1980s.</b> On per-example {e(found['network'])}, memory time "
             f"exceeds arithmetic time on " + "; ".join(over) + f". Every scalar machine of {min(syears)}–"
             f"{max(syears)} sits below 1 ({scalar}){bound}. At batch 1 the flip already separates{vector} "
-            "from the scalar workstations. ")
+            f"from the scalar workstations.{seed_view} ")
 
 
 def prose(data: Mapping[str, Any]) -> str:

@@ -169,8 +169,8 @@ def flip_finding(rows: Iterable[Row], network: str = FLIP_NETWORK, until: int = 
     for r in sorted(per_example_rows(rows), key=lambda r: (r["year"], r["machine"])):
         if r["network"] != network or r["year"] > until or r.get("memory_ratio") is None:
             continue
-        row = {k: r.get(k) for k in ("machine", "name", "year", "kind", "dtype", "balance", "memory_ratio", "bound",
-                                     "bound_class")}
+        row = {k: r.get(k) for k in ("machine", "name", "year", "kind", "dtype", "balance", "memory_ratio",
+                                     "memory_ratio_micro", "bound", "bound_class")}
         if r.get("kind") == "vector":
             m = load_machine(parse_machine_spec(r["machine"])[0])
             params = m.timing.params
