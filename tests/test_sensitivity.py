@@ -99,3 +99,17 @@ def test_every_timing_figure_of_every_profile_can_be_scaled():
         m = load_machine(path.stem)
         for figure in timing_figures(m):
             assert scaled(m, figure, 2.0) != m, (path.stem, figure)
+
+
+def test_every_timing_parameter_a_profile_states_has_a_class_or_is_declared_structural():
+    # A new [timing] figure the timing reads must say which resource it is, or the binding
+    # resource silently ignores it (the vector model's bank busy time once did).
+    from memwall.data import data_files
+    from memwall.simulation.sensitivity import STRUCTURAL_TIMING
+
+    for path in data_files("machines"):
+        if path.stem == "TEMPLATE":
+            continue
+        m = load_machine(path.stem)
+        for key in m.timing.params:
+            assert key in STRUCTURAL_TIMING or figure_class(f"timing.{key}") is not None, (path.stem, key)

@@ -34,14 +34,22 @@ MIXED_ABOVE, MIXED_BELOW = 1.05, 0.95
 SCALE_ONLY = ("clock",)
 
 _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
-    (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+|timing\.outer_product", COMPUTE),
+    (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+"
+     r"|timing\.(outer_product|multiply_add_cycles|vector_bytes)", COMPUTE),
     (r"memory\.(bandwidth|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
-     r"|timing\.(mlp|memory_ports)", MEMORY),
+     r"|timing\.(mlp|memory_ports|load_ports|store_ports|bank_busy)", MEMORY),
     (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
-    (r"timing\.startup", STARTUP),
+    (r"timing\.(startup|strip_loop)", STARTUP),
     (r"interconnect\.(node|cluster)\.(bandwidth|latency)", INTERCONNECT),
     (r"clock", "scale"),
 ))
+
+
+# Timing parameters that are counts, flags or choices, not continuous figures: moving them
+# 1 % means nothing (a bank count, a word size, whether pipes chain), so they have no
+# elasticity. Every other [timing] parameter must have a class (a test holds it).
+STRUCTURAL_TIMING = ("banks", "word_bytes", "vector_length", "subword_float", "chaining", "overlap", "cores",
+                     "efficiency_mn", "efficiency_k")
 
 
 def figure_class(path: str) -> str | None:
