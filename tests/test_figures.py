@@ -330,3 +330,23 @@ def test_the_flip_finding_says_the_seeds_quantity_beside_the_whole_steps():
          "memory_ratio_micro": 0.04, "bound": "issue_costs.fadd", "bound_class": "compute"}]}
     text = finding_prose(data)
     assert "Cray-1" in text and "1.35" in text and "0.676" in text and "seed counts it" in text
+
+
+def test_figure_data_that_needs_no_sweep_is_computed_once_per_user(tmp_path, monkeypatch):
+    from memwall.study import draw
+
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def data_of():
+        calls.append(1)
+        return {"rows": [{"x": 1.0, "y": 2.0}]}
+
+    first = draw._shared_data("llc_capacity", {"network": "n", "fingerprint": "f"}, data_of)
+    again = draw._shared_data("llc_capacity", {"network": "n", "fingerprint": "f"}, data_of)
+    assert first == again and len(calls) == 1  # another sweep folder, the same inputs: reused
+    draw._shared_data("llc_capacity", {"network": "n", "fingerprint": "g"}, data_of)
+    assert len(calls) == 2  # other inputs: computed
+    monkeypatch.setenv("MEMWALL_CACHE", "off")
+    draw._shared_data("llc_capacity", {"network": "n", "fingerprint": "f"}, data_of)
+    assert len(calls) == 3

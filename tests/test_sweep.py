@@ -278,3 +278,17 @@ def test_a_machine_given_as_a_file_is_named_by_its_id_and_joins_the_balance_drif
     table = machine_table(read_machine_roofs(tmp_path / "out"))
     assert [r["id"] for r in table].count("my-vax") == 1 and "vax-11-780" in {r["id"] for r in table}
     assert label("h100-sxm@bw=98940000000.0") == "h100-sxm @ 98.94 GB/s"
+
+
+def test_the_docs_state_the_studys_true_case_counts():
+    import re
+    from pathlib import Path
+
+    from memwall.study.design import study
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "experiments" / "README.md").read_text()
+    full, quick = map(int, re.search(r"The default study is (\d+) cases, `--quick` (\d+)", text).groups())
+    assert (full, quick) == (len(study()), len(study(quick=True)))
+    about = int(re.search(r"runs about (\d+) such cases", (root / "README.md").read_text()).group(1))
+    assert abs(about - full) <= 0.05 * full  # "about": within 5 %

@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"memwall sweep: {combined.note()}", file=sys.stderr)
     cases = combined.cases
     checks.validate(cases)  # every argument checked before any case runs
+    if not args.no_figures and not args.no_progress:
+        _say_what_follows(args)
     start = time.monotonic()
     result = sw.run_sweep(cases, args.out, jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                           allow_remote_scheduler=args.allow_remote_scheduler,
@@ -135,3 +137,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"memwall sweep: {len(result.failed)} of {len(result.rows)} cases failed", file=sys.stderr)
         return 1
     return 0
+
+
+def _say_what_follows(args: argparse.Namespace) -> None:
+    """The rest of the sweep's estimate: the figures and the validation after the cases."""
+    from ..execute.pool import default_jobs
+    from ..execute.validation import predictions_to_make
+    from ..figures import NAMES
+    from ..simulation.plan import FIGURE_SECONDS, PREDICTION_SECONDS, duration
+
+    figures = [n for n in NAMES if n != "validation"]
+    text = f"after the cases, {len(figures)} figures (about {duration(len(figures) * FIGURE_SECONDS)})"
+    if not args.no_validation:
+        needed, todo = predictions_to_make(one_device=args.quick)
+        workers = max(1, min(args.jobs or default_jobs(), todo or 1))
+        text += (f" and the validation: {needed} predictions, {needed - todo} already in the cache, about "
+                 f"{duration(todo * PREDICTION_SECONDS / workers)}")
+    print(f"memwall sweep: {text}", file=sys.stderr)

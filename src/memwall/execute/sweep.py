@@ -27,7 +27,7 @@ from ..model_version import MODEL_VERSION
 from ..progress import Phase
 from ..simulation import Case
 from ..simulation.checks import validate
-from ..simulation.plan import ENGINE_RATE, duration
+from ..simulation.plan import ENGINE_RATE, TYPICAL_RATE, duration
 from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
 from .dask import SCHEDULER_TIMEOUT, check_scheduler_address, run_dask, scheduler_is_local
@@ -207,9 +207,10 @@ def run_sweep(
         runner = partial(default_runner, max_lookups=max_lookups, allow_fallback=allow_fallback,
                          replays=str(out), shared=plan.shared)
     if progress and plan.lookups:
-        print(f"{len(todo)} cases to run: about {plan.lookups:.3g} line lookups, at most "
-              f"{duration(plan.lookups / ENGINE_RATE / min(jobs, len(todo)))} on {min(jobs, len(todo))} "
-              f"worker(s)", file=sys.stderr)
+        workers = min(jobs, len(todo))
+        print(f"{len(todo)} cases to run: about {plan.lookups:.3g} line lookups, about "
+              f"{duration(plan.lookups / TYPICAL_RATE / workers)} (at most "
+              f"{duration(plan.lookups / ENGINE_RATE / workers)}) on {workers} worker(s)", file=sys.stderr)
 
     refused = plan.refused
     todo = [c for c in todo if c not in refused]

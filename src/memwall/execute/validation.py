@@ -95,6 +95,27 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None,
     return seen
 
 
+def predictions_to_make(measurements: str | Path | None = None, one_device: bool = False) -> tuple[int, int]:
+    """(predictions the validation needs, those not yet in the per-user cache): what a
+    sweep's estimate says before it starts."""
+    from ..simulation.row import case_key
+    from ..study.measurements import load_measurements
+    from .cache import predictions_folder
+    from .store import Store
+
+    measured = load_measurements(measurements)
+    if one_device:
+        measured = [m for m in measured if m.dp * m.tp * m.pp == 1]
+    known = known_ids("machine"), known_ids("network")
+    cases = list(dict.fromkeys(case_for(m) for m in measured if m.machine in known[0]
+                               and (m.network is None or m.network in known[1] or m.network_file is not None)))
+    folder = predictions_folder(None)
+    if folder is None:
+        return len(cases), len(cases)
+    store = Store(folder, content="result", on_damaged=None)
+    return len(cases), sum(1 for c in cases if (store.get(case_key(c)) or {}).get("status") != "ok")
+
+
 def predict_measurements(measured: Sequence[Measurement], fallback: str | Path | None = None, *,
                          jobs: int | None = None, command: str = "memwall validate",
                          progress: bool = True) -> list[CaseResult]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache, partial
 from pathlib import Path
@@ -169,6 +170,30 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     return {n: written[n] for n in (*NAMES, *OPT_IN) if n in written}
 
 
+def _shared_data(name: str, inputs: Any, data_of: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A figure's data that needs no sweep (the ledger, the high-water, the capacity
+    sweeps), from the per-user cache (:mod:`memwall.execute.cache`) where the same model
+    computed it from the same inputs for another sweep folder; computed and kept otherwise."""
+    from ..canonical import dumps
+    from ..execute.cache import cache_root
+    from ..execute.store import Store
+
+    root = cache_root()
+    if root is None:
+        return data_of()
+    store = Store(root / "figures", content="data")
+    key = hashlib.sha256(dumps({"model": MODEL_VERSION, "figure": name, "inputs": inputs}).encode()).hexdigest()[:32]
+    record = store.get(key)
+    if record is not None and record.get("status") == "ok":
+        return record["data"]
+    data = data_of()
+    try:
+        store.put({"key": key, "status": "ok", "figure": name, "data": data})
+    except OSError as err:  # a cache that cannot be written costs the reuse, never the figure
+        print(f"memwall: the figure cache {store.root} cannot be written ({err})", file=sys.stderr)
+    return data
+
+
 def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker) -> list[Path]:
     """One figure drawn into ``folder`` with its data, unless its digest says it is there."""
     from ..canonical import dumps
@@ -180,6 +205,8 @@ def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker
     inputs = inputs_of() if inputs_of else None
     if inputs is not None and stored and stored.get("inputs") == inputs:
         data = stored["data"]
+    elif inputs is not None:
+        data = _shared_data(name, inputs, data_of)
     else:
         data = data_of()
     digest = hashlib.sha256(dumps({"model": MODEL_VERSION, "drawing": drawing_version(name),
