@@ -350,3 +350,12 @@ def test_figure_data_that_needs_no_sweep_is_computed_once_per_user(tmp_path, mon
     monkeypatch.setenv("MEMWALL_CACHE", "off")
     draw._shared_data("llc_capacity", {"network": "n", "fingerprint": "f"}, data_of)
     assert len(calls) == 3
+
+
+def test_the_batch_windows_turn_is_the_binding_rules_not_only_the_seeds():
+    from memwall.figures.batch_window import _turns
+
+    rows = [{"tokens": 128, "bound_class": "memory"}, {"tokens": 512, "bound_class": "mixed"},
+            {"tokens": 2048, "bound_class": "compute"}]
+    assert _turns(rows, 138.2) == "seed's turn ≈138 tokens; compute-bound from 2048 tokens"
+    assert _turns(rows[:2], 138.2).endswith("not compute-bound by 512 tokens")

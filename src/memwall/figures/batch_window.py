@@ -40,6 +40,15 @@ OPT_IN = False
 Row = Mapping[str, Any]
 
 
+def _turns(sub: Sequence[Row], seed_turn: float) -> str:
+    """The seed's predicted turn beside the simulated one: the first batch whose binding
+    class is compute (docs/timing.md, "The binding resource"), or the last batch run."""
+    simulated = next((r["tokens"] for r in sub if r.get("bound_class") == "compute"), None)
+    said = (f"compute-bound from {simulated:.0f} tokens" if simulated is not None
+            else f"not compute-bound by {sub[-1]['tokens']:.0f} tokens")
+    return f"seed's turn ≈{seed_turn:.0f} tokens; {said}"
+
+
 def _machines(ax, sel: Sequence[Row], model: Sequence[Row], cmap) -> None:
     machines = list(dict.fromkeys(r["machine"] for r in sorted(sel, key=lambda r: (r["year"], r["machine"]))))
     for k, m in enumerate(machines):
@@ -47,7 +56,7 @@ def _machines(ax, sel: Sequence[Row], model: Sequence[Row], cmap) -> None:
         colour = cmap(k % 10)
         turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
         ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
-                color=colour, label=f"{label(sub[0])}: turn at ≈{turn:.0f} tokens")
+                color=colour, label=f"{label(sub[0])}: {_turns(sub, turn)}")
         seed = [(r["tokens"], r["seed_fraction_of_peak"]) for r in sub if r.get("seed_fraction_of_peak")]
         ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.axvline(turn, color=colour, ls=":", lw=1)
@@ -112,7 +121,7 @@ def draw(data: Mapping[str, Any]):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch (tokens per weight visit: sequences × sequence length)")
     ax.set_ylabel("fraction of peak FLOP/s")
-    ax.set_title(f"{sel[0]['network']}: the batch where the step turns compute-bound")
+    ax.set_title(f"{sel[0]['network']}: fraction of peak against batch, and where the step turns compute-bound")
     ax.grid(True, which="major", alpha=0.3)
     # Beside the axes, not over the curves.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
