@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from memwall.data import era_data_dir
 from memwall.errors import InputError
 from memwall.study.measurements import (
     CHECKS,
@@ -227,3 +228,36 @@ def test_file_shape_refused(tmp_path: Path) -> None:
     assert err.value.field == "measurements"
     with pytest.raises(InputError, match="no such folder"):
         load_measurements(tmp_path / "nowhere")
+
+
+def test_a_training_throughput_in_tokens_per_second_is_judged_per_device(tmp_path):
+    # Published training tables give tokens/s per GPU: accepted with phase train, and
+    # predicted as the whole step's tokens over its seconds over its devices.
+    from memwall.simulation import run_case
+    from memwall.study.validation import case_for, predicted_metric
+
+    path = tmp_path / "t.toml"
+    path.write_text('[[measurement]]\nid = "tp"\nmachine = "a100-sxm"\nnetwork = "gpt2-small"\nbatch = 2\n'
+                    'dp = 2\ntp = 2\nphase = "train"\nmetric = "tokens_per_second"\nvalue = "5000 tokens/s"\n'
+                    'source = "s"\nreliability = "low"\nnotes = "n"\n')
+    (m,) = load_measurements(path)
+    r = run_case(case_for(m))
+    whole = r["global_step"]
+    assert predicted_metric(m.metric, r) == pytest.approx(whole["tokens"] / r["seconds"] / 4)
+    assert predicted_metric("samples_per_second", r) == pytest.approx(whole["examples"] / r["seconds"] / 4)
+    one = run_case(case_for(m).__class__(machine="a100-sxm", network="gpt2-small", batch=2))
+    assert predicted_metric("tokens_per_second", one) == pytest.approx(2 * 1024 / one["seconds"])
+
+
+def test_a_network_id_may_hold_a_version_dot(tmp_path):
+    from memwall.networks import load_network
+
+    text = (era_data_dir() / "networks" / "gpt2-small.toml").read_text().replace(
+        'id = "gpt2-small"', 'id = "llama3.1-8b"')
+    path = tmp_path / "llama3.1-8b.toml"
+    path.write_text(text)
+    assert load_network(str(path)).id == "llama3.1-8b"
+    for bad in ("llama3..1", ".llama", "llama-", "Llama3.1"):
+        path.write_text(text.replace('id = "llama3.1-8b"', f'id = "{bad}"'))
+        with pytest.raises(InputError, match="kebab-case"):
+            load_network(str(path))

@@ -113,3 +113,14 @@ def test_every_timing_parameter_a_profile_states_has_a_class_or_is_declared_stru
         m = load_machine(path.stem)
         for key in m.timing.params:
             assert key in STRUCTURAL_TIMING or figure_class(f"timing.{key}") is not None, (path.stem, key)
+
+
+def test_a_verdict_names_its_own_classs_figure_and_the_largest_single_one_beside_it():
+    # A class binds by the sum of its figures: where one figure of another class is the
+    # largest, the verdict says so rather than naming it as the class's own.
+    r = run_case(make_case(machine="h100-sxm", network="gpt2-small", batch=1))
+    e, cls = r["sensitivity"], r["bound_class"]
+    own = max((p for p in e if figure_class(p) == cls), key=lambda p: abs(e[p]))
+    assert f"({own}, elasticity" in r["verdict"]
+    if figure_class(r["bound"]) != cls:
+        assert f"the largest single figure is {r['bound']}" in r["verdict"]

@@ -30,6 +30,7 @@ multiply-adds and are left out).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,9 +332,15 @@ def _counts(n: Network) -> dict[str, int]:
 
 
 # ---- the declaration ------------------------------------------------------------------
+# Lowercase words of letters and digits joined by single hyphens or dots: a version or a
+# size keeps its dot, as its authors write it (llama3.1-8b, megatron-1.2b).
+_NETWORK_ID = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*")
+
+
 def _kebab(value: str, context: dict[str, Any]) -> str:
-    if value != value.lower() or not all(ch.isalnum() or ch == "-" for ch in value):
-        raise InputError(f"must be lowercase kebab-case, got {value!r}")
+    if not _NETWORK_ID.fullmatch(value):
+        raise InputError(f"must be lowercase kebab-case (letters, digits, single hyphens or dots between them, as "
+                         f"in llama3.1-8b), got {value!r}")
     return value
 
 
@@ -422,7 +429,8 @@ TRANSFORMER = Table("[transformer]", (
     Field("mla", "table", "multi-head latent attention", table=MLA),
 ), doc="A decoder (or encoder) transformer.")
 PRESET = Table("network preset", (
-    Field("id", "text", "lowercase kebab-case; a shipped file is named after it", required=True, parse=_kebab),
+    Field("id", "text", "lowercase kebab-case, a dot allowed between words (llama3.1-8b); a shipped file is named "
+          "after it", required=True, parse=_kebab),
     Field("name", "text", "full name", required=True),
     Field("kind", "word", "which table describes the shape", required=True, choices=KINDS, noun="kind"),
     Field("year", "int", "year of publication", required=True, minimum=1940, maximum=2100),

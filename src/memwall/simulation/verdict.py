@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP, StepTiming
 from ..units import format_time
-from .sensitivity import MEMORY, MIXED, Binding
+from .sensitivity import MEMORY, MIXED, Binding, figure_class
 
 
 def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]) -> str:
@@ -22,8 +22,8 @@ def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]
     parts = timing.time_by_component
     ratio = timing.memory_ratio
     memory = f"memory time is {ratio:.3g}x arithmetic" if ratio is not None else "no arithmetic"
-    figure = f"{binding.bound}, elasticity {elasticities.get(binding.bound, 0.0):+.2f}"
     cls = binding.bound_class
+    top, figure = _figure(binding, elasticities)
     if cls == MIXED:
         other = MEMORY if binding.resource == COMPUTE else COMPUTE
         word = {COMPUTE: "arithmetic", MEMORY: "memory"}
@@ -49,7 +49,7 @@ def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]
     if cls == INTERCONNECT:
         return (f"interconnect-bound ({figure}): the device waits on its links for "
                 f"{parts[INTERCONNECT] / seconds:.0%} of the step ({memory})")
-    level = level_of(binding.bound)
+    level = level_of(top)
     stalls = f"; {level} stalls are {parts[level] / seconds:.0%} of the step" if level in parts else ""
     return f"memory-bound ({figure}): {memory}{stalls}"
 
@@ -60,3 +60,15 @@ def level_of(path: str) -> str:
     the ports) -> ``memory``."""
     head, _, rest = path.partition(".")
     return rest.rpartition(".")[0] if head == "level" else MEMORY
+
+
+def _figure(binding: Binding, elasticities: dict[str, float]) -> tuple[str, str]:
+    """The figure a verdict names: the one of the binding class with the largest
+    elasticity, and the single largest beside it where that belongs to another class (the
+    class binds by its figures' sum, not by its largest one)."""
+    members = {p: abs(e) for p, e in elasticities.items() if figure_class(p) == binding.resource}
+    top = max(members, key=lambda p: members[p]) if members else binding.bound
+    said = f"{top}, elasticity {elasticities.get(top, 0.0):+.2f}"
+    if top != binding.bound and binding.bound in elasticities:
+        said += f"; the largest single figure is {binding.bound}, {elasticities[binding.bound]:+.2f}"
+    return top, said

@@ -41,9 +41,10 @@ METRICS: dict[str, str] = {
     "cps": "connections per second (forward pass only)",
     "flops": "achieved arithmetic rate, FLOP/s",
     "seconds": "seconds per step (a training step, a forward pass or one GEMM)",
-    "samples_per_second": "examples (or sequences) per second",
+    "samples_per_second": "examples (or sequences) per second, per device (all devices' / the device count)",
     "tokens_per_second": "decode: tokens generated per second, all sequences together (batch / seconds per step); "
-                         "prefill: prompt tokens per second",
+                         "prefill: prompt tokens per second; train or forward: tokens per second per device "
+                         "(all devices' / the device count)",
     "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time)",
 }
 # The unit a value written as a string must carry, per metric (with a decimal prefix).
@@ -260,8 +261,6 @@ def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
     if metric == "cps" and phase != "forward":
         add("'cps' counts forward connections only: it needs phase = 'forward'", "metric")
     serving = phase in SERVING_PHASES
-    if metric in ("tokens_per_second", "seconds_per_token") and not serving:
-        add(f"{metric!r} measures serving: it needs phase = 'decode' or 'prefill'", "metric")
     if metric == "seconds_per_token" and phase != "decode":
         add("'seconds_per_token' is a decode step's time: it needs phase = 'decode'", "metric")
     if serving and "context" not in raw:

@@ -18,7 +18,9 @@ Metric conversions, exactly as computed here (``s`` = predicted seconds of one s
 
 * ``seconds``            = s
 * ``flops``              = the prediction's ``achieved_flops`` (its FLOPs ÷ s)
-* ``samples_per_second`` = b ÷ s
+* ``samples_per_second`` = b ÷ s, per device: on d devices the whole step's examples ÷ s ÷ d
+* ``tokens_per_second``  = decode and prefill: the serving figure (all sequences, every
+  device); train and forward: the step's tokens ÷ s, per device as ``samples_per_second``
 * ``cups``               = C × b ÷ s   (s of a training step: forward, backward, update)
 * ``cps``                = C × b ÷ s   (s of a forward pass only)
 
@@ -112,10 +114,23 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
         return seconds
     if metric == "flops":
         return float(prediction["achieved_flops"])
+    whole = prediction.get("global_step")  # several devices: the whole step, every replica
     if metric == "samples_per_second":
+        if whole:
+            return float(whole["examples_per_second"]) / int(whole["devices"])
         return examples / seconds
+    serving = prediction.get("serving")
+    if metric == "tokens_per_second" and not serving:
+        # a training or forward step's throughput, per device (published training tables)
+        if whole:
+            per_device = float(whole["tokens_per_second_per_device"])
+        else:
+            per_device = float((prediction.get("optimizer_step") or {}).get("tokens") or 0) / seconds
+        if per_device <= 0:
+            raise InputError("the prediction has no tokens: the network is not a sequence model (use "
+                             "samples_per_second)", field="metric")
+        return per_device
     if metric in ("tokens_per_second", "seconds_per_token"):
-        serving = prediction.get("serving")
         if not serving or metric not in serving:
             raise InputError(f"the prediction has no {metric!r}: it is not a decode or prefill case", field="metric")
         return float(serving[metric])
