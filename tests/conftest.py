@@ -28,6 +28,13 @@ def pytest_configure(config: pytest.Config) -> None:
     matplotlib.use("agg", force=True)
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+    """Each test a per-user cache of its own (the session's fixtures share the session's):
+    a test that runs a case or a prediction runs it, whatever an earlier test stored."""
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
 @pytest.fixture
 def pyplot():
     """matplotlib.pyplot, with every figure closed before and after the test."""

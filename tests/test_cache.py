@@ -133,3 +133,23 @@ def test_a_sweep_off_a_terminal_says_each_phase_and_can_leave_out_the_validation
     assert "memwall sweep: running cases (1 case)" in err and "running cases: done, 1 case in" in err
     assert not (out / "figures" / "validation.png").exists() and not (out / "validation.json").exists()
     assert (out / "figures" / "regime_flip.png").exists()
+
+
+def test_a_second_sweep_folder_copies_the_cases_another_folder_ran(tmp_path, monkeypatch, capsys):
+    from memwall.execute import sweep as sw
+    from memwall.simulation import Case
+
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    cases = [Case("vax-11-780", "encoder-8-3-8", updates="per-example"), Case("h100-sxm", "nettalk")]
+    first = sw.run_sweep(cases, tmp_path / "a", jobs=1, progress=False)
+    assert first.computed == 2 and first.from_cache == 0
+    second = sw.run_sweep(cases, tmp_path / "b", jobs=1, progress=False)
+    assert second.computed == 0 and second.from_cache == 2
+    assert second.rows == first.rows  # the same rows, bit for bit
+    # a damaged cached case is run again, never trusted
+    (entry, *_) = sorted((tmp_path / "cache" / "sweep" / "cases").glob("*.json"))
+    entry.write_text(entry.read_text().replace('"seconds":', '"seconds":9,"x":', 1))
+    third = sw.run_sweep(cases, tmp_path / "c", jobs=1, progress=False)
+    assert third.computed == 1 and third.from_cache == 1 and third.rows == first.rows
+    monkeypatch.setenv("MEMWALL_CACHE", "off")
+    assert sw.run_sweep(cases, tmp_path / "d", jobs=1, progress=False).computed == 2

@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                           progress=not args.no_progress)
     elapsed = time.monotonic() - start
     shared = f", {result.shared} computed by another sweep in the same folder" if result.shared else ""
+    if result.from_cache:
+        shared += f", {result.from_cache} of them from the per-user cache (another folder ran them)"
     print(f"{len(result.rows)} cases: {result.computed} run, {result.reused} reused from {result.out / 'cases'}"
           f"{shared} in {elapsed:.1f} s; tables in {result.out / 'results.csv'} and results.json")
     if not args.no_figures:

@@ -2,7 +2,9 @@
 
 Owns: where the cache is (:func:`cache_root`: ``$MEMWALL_CACHE`` if set, else
 ``$XDG_CACHE_HOME/memwall``, else ``~/.cache/memwall``; ``MEMWALL_CACHE=off`` turns it
-off) and the folder of validation predictions in it (:func:`predictions_folder`). Its
+off), the folder of validation predictions in it (:func:`predictions_folder`) and the
+store of finished sweep cases (:func:`cases_cache`: a case any sweep folder ran is copied
+into the next folder that asks for it). Its
 entries are the case store's records (:class:`memwall.execute.store.Store`: no link
 followed, sizes and types checked, checksummed, temp files of killed writers removed,
 claims for concurrent writers), keyed by :func:`memwall.simulation.row.case_key`: the
@@ -15,6 +17,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store import Store
 
 OFF = ("off", "none", "0", "false")
 
@@ -48,3 +54,14 @@ def predictions_folder(fallback: Path | None) -> Path | None:
               "(set MEMWALL_CACHE to another folder, or MEMWALL_CACHE=off)", file=sys.stderr)
         return fallback
     return folder
+
+
+def cases_cache() -> Store | None:
+    """The per-user store of finished sweep cases (records as a sweep folder keeps them),
+    or None when the cache is off or cannot be made."""
+    from .store import Store
+
+    folder = predictions_folder(None)  # checks the cache root as the predictions do
+    if folder is None:
+        return None
+    return Store(folder.parent / "sweep", on_damaged=None)

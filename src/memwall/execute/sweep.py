@@ -30,6 +30,7 @@ from ..simulation.checks import validate
 from ..simulation.plan import ENGINE_RATE, TYPICAL_RATE, duration
 from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
+from .cache import cases_cache
 from .dask import SCHEDULER_TIMEOUT, check_scheduler_address, run_dask, scheduler_is_local
 from .feeder import Feeder
 from .pool import default_jobs, run_here, run_local
@@ -112,6 +113,7 @@ class SweepResult:
     failed: list[dict[str, Any]] = field(default_factory=list)  # rows with status "error"
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): records moved aside
     shared: int = 0  # cases another sweep sharing the folder computed while this one ran
+    from_cache: int = 0  # of the reused, those copied from the per-user cache (another folder ran them)
 
 
 def check_executor(executor: str, jobs: int | None, scheduler: str | None,
@@ -197,9 +199,18 @@ def run_sweep(
     ReplayStore(out).store.clean_temps()
     keys = {case: case_key(case) for case in cases}
     todo = []
+    # The per-user cache (memwall.execute.cache) of cases any sweep folder finished with
+    # memwall's own runner: a case another folder ran with the same model is copied, not run.
+    shared_cases = cases_cache() if runner is None else None
+    from_cache = 0
     for case in cases:
         rec = store.get(keys[case])
         if rec is None or rec.get("status") != "ok":
+            cached = shared_cases.get(keys[case]) if shared_cases is not None else None
+            if cached is not None and cached.get("status") == "ok":
+                store.put(cached)
+                from_cache += 1
+                continue
             todo.append(case)
     reused = len(cases) - len(todo)
     plan = plan_costs(todo, max_lookups) if planned else SweepPlan()
@@ -225,9 +236,14 @@ def run_sweep(
             nonlocal failures, computed
             err = outcome.get("error")
             row = make_row(case, outcome.get("result"), err)
-            store.put({"key": keys[case], "status": row["status"], "error": err,
-                       "case": case.as_dict(), "model": MODEL_VERSION, "row": row,
-                       "result": outcome.get("result")})
+            record = {"key": keys[case], "status": row["status"], "error": err, "case": case.as_dict(),
+                      "model": MODEL_VERSION, "row": row, "result": outcome.get("result")}
+            store.put(record)
+            if shared_cases is not None and not err:
+                try:
+                    shared_cases.put(record)
+                except OSError:  # a cache that cannot be written costs the reuse, never the case
+                    pass
             store.release(keys[case])
             rows_here[case] = json.loads(canonical(row))  # as reading the record back gives it
             feeder.finished(case)
@@ -257,7 +273,8 @@ def run_sweep(
     write_tables(out, rows, COLUMNS)
     write_machine_roofs(out, dict.fromkeys(c.machine for c in cases))
     failed = [r for r in rows if r["status"] != "ok"]
-    return SweepResult(out=Path(out), rows=rows, computed=computed, reused=reused, failed=failed,
+    return SweepResult(out=Path(out), rows=rows, computed=computed, reused=reused, from_cache=from_cache,
+                       failed=failed,
                        damaged=list(store.damaged), shared=feeder.shared)
 
 
