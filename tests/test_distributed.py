@@ -50,7 +50,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
+def test_sweep_on_a_dask_cluster_survives_a_killed_worker(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMWALL_CACHE", "off")  # the cluster runs every case, none copied from the reference's
     cases = design.product(MACHINES, NETWORKS, BATCHES)  # what the command line below asks for
     local = sw.run_sweep(cases, tmp_path / "local", jobs=1, progress=False)  # the reference, here
     assert not local.failed

@@ -72,7 +72,8 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_record_is_reported_once_moved_aside_and_recomputed(tmp_path, capsys, damage):
+def test_a_damaged_record_is_reported_once_moved_aside_and_recomputed(tmp_path, capsys, damage, monkeypatch):
+    monkeypatch.setenv("MEMWALL_CACHE", "off")  # the folder's own store recomputes (the cache: test_cache.py)
     clean = sweep(tmp_path / "clean")
     out = tmp_path / "s"
     sweep(out)
