@@ -153,3 +153,17 @@ def test_a_second_sweep_folder_copies_the_cases_another_folder_ran(tmp_path, mon
     assert third.computed == 1 and third.from_cache == 1 and third.rows == first.rows
     monkeypatch.setenv("MEMWALL_CACHE", "off")
     assert sw.run_sweep(cases, tmp_path / "d", jobs=1, progress=False).computed == 2
+
+
+def test_a_delayed_phase_says_nothing_when_quick_and_everything_when_slow():
+    import time
+
+    quick, slow = io.StringIO(), io.StringIO()
+    with Phase("memwall x", "replaying", stream=quick, terminal=False, delay=0.3) as p:
+        p.update(5)
+    with Phase("memwall x", "replaying", stream=slow, terminal=False, delay=0.05, note_seconds=10) as p:
+        time.sleep(0.2)
+        p.update(5)
+    assert quick.getvalue() == ""
+    assert slow.getvalue().splitlines() == ["memwall x: replaying", slow.getvalue().splitlines()[-1]]
+    assert slow.getvalue().splitlines()[-1].startswith("memwall x: replaying: done, 5 cases in")

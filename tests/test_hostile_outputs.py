@@ -302,3 +302,12 @@ def test_every_shipped_profile_passes_strict_validation(capsys):
 
     paths = [str(p) for p in data_files("machines") if p.stem != "TEMPLATE"]
     assert main(["machines", "validate", "--strict", *paths]) == 0, capsys.readouterr()
+
+
+def test_a_cycle_count_beyond_any_machines_is_warned_naming_the_field(capsys):
+    from memwall.cli import main
+
+    assert main(["inspect", "--machine", "cray-1", "--network", "nettalk", "--updates", "per-example",
+                 "--set", "timing.bank_busy=1e6"]) == 0
+    err = capsys.readouterr().err
+    assert "timing.bank_busy 1e+06 cycles is outside the plausible 0 .. 10000 cycles" in err

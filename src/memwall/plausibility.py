@@ -20,7 +20,11 @@ if TYPE_CHECKING:
     from .profiles import Machine
 
 # Figures outside these are legal but almost surely a unit slip: warned about, not refused.
-PLAUSIBLE = {"clock": (1e5, 1e10), "bandwidth": (1e3, 1e17), "latency": (1e-11, 1e-3)}
+PLAUSIBLE = {"clock": (1e5, 1e10), "bandwidth": (1e3, 1e17), "latency": (1e-11, 1e-3), "cycles": (0.0, 1e4)}
+# [timing] figures counted in clock cycles: no machine's start-up, bank busy time, strip
+# loop or multiply-add holds its unit for ten thousand cycles (the Cray-2's vector
+# start-up, the longest stated, is 85)
+CYCLE_FIGURES = ("startup", "bank_busy", "strip_loop", "multiply_add_cycles")
 
 
 def plausibility(m: Machine, problems: Problems) -> None:
@@ -116,11 +120,13 @@ def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
     """(field, kind of figure, value in SI units) of each figure :data:`PLAUSIBLE` bounds, the clock first."""
     figures = [("clock", "clock", m.clock_hz), ("memory.bandwidth", "bandwidth", m.memory.bandwidth),
                ("memory.latency", "latency", m.memory.latency)]
+    cycles = [(f"timing.{key}", "cycles", float(m.timing.params[key])) for key in CYCLE_FIGURES
+              if isinstance(m.timing.params.get(key), int | float)]
     return figures + [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels
-                      for key in ("bandwidth", "latency")]
+                      for key in ("bandwidth", "latency")] + cycles
 
 
-_SI = {"clock": "Hz", "bandwidth": "B/s", "latency": "s"}
+_SI = {"clock": "Hz", "bandwidth": "B/s", "latency": "s", "cycles": "cycles"}
 
 
 def implausible_figures(m: Machine) -> list[tuple[str, str, str]]:

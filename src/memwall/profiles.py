@@ -88,7 +88,7 @@ def _cycles(value: Any, context: dict[str, Any]) -> float:
     """Start-up in cycles: a number of cycles, '7 cycles', or a time converted with the clock."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value < 0:
-            raise InputError(f"startup must be non-negative, got {value!r}")
+            raise InputError(f"must be a non-negative number of cycles, got {value!r}")
         return float(value)
     clock = context.get("clock_hz")
     seconds = parse_time(value, clock_hz=clock)

@@ -33,11 +33,13 @@ class Phase:
 
     ``command`` prefixes each line (``memwall validate``), ``what`` says the phase
     (``predicting 56 measurements``), ``unit`` names an item. ``enabled`` False says
-    nothing (``--no-progress``); ``terminal`` None asks the stream."""
+    nothing (``--no-progress``); ``terminal`` None asks the stream. Off a terminal, a phase
+    with a ``delay`` says nothing unless it is still running after that many seconds (a
+    command whose output is usually instant stays quiet)."""
 
     def __init__(self, command: str, what: str, total: int | None = None, *, unit: str = "case",
                  enabled: bool = True, stream: IO[str] | None = None, terminal: bool | None = None,
-                 note_seconds: float = NOTE_SECONDS, initial: int = 0) -> None:
+                 note_seconds: float = NOTE_SECONDS, initial: int = 0, delay: float = 0.0) -> None:
         self.command, self.what, self.total, self.unit = command, what, total, unit
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
@@ -57,9 +59,15 @@ class Phase:
             self._bar = tqdm(total=total, initial=initial, desc=f"{command}: {what}", unit=unit, file=self.stream,
                              dynamic_ncols=True, smoothing=0.1, leave=False)
             return
-        self._say(f"{what}" + (f" ({_count(total, unit)})" if total is not None else ""))
-        self._timer = threading.Thread(target=self._tick, args=(note_seconds,), daemon=True)
+        self._said = False
+        if not delay:
+            self._start()
+        self._timer = threading.Thread(target=self._tick, args=(note_seconds, delay), daemon=True)
         self._timer.start()
+
+    def _start(self) -> None:
+        self._said = True
+        self._say(f"{self.what}" + (f" ({_count(self.total, self.unit)})" if self.total is not None else ""))
 
     def _say(self, text: str) -> None:
         try:
@@ -67,7 +75,12 @@ class Phase:
         except (OSError, ValueError):  # a closed or broken stream: progress is never worth a failure
             pass
 
-    def _tick(self, every: float) -> None:
+    def _tick(self, every: float, delay: float) -> None:
+        if delay:  # a phase over before ``delay`` seconds says nothing at all
+            if self._stop.wait(delay):
+                return
+            with self._lock:
+                self._start()
         while not self._stop.wait(every):
             with self._lock:
                 self._say(self.status())
@@ -89,6 +102,13 @@ class Phase:
         if self._bar is not None:
             self._bar.update(n)
 
+    def set_total(self, total: int) -> None:
+        """The number of items, learnt once the work has started (a replay's line lookups)."""
+        self.total = total
+        if self._bar is not None and self._bar.total != total:
+            self._bar.total = total
+            self._bar.refresh()
+
     def note(self, text: str) -> None:
         """A short state shown beside the count (``failed 2``)."""
         self.postfix = text
@@ -104,6 +124,8 @@ class Phase:
             self._bar.close()
             return
         with self._lock:
+            if not self._said:
+                return
             self._say(summary or f"{self.what}: done, {_count(self.done, self.unit)} in "
                                  f"{_clock(time.monotonic() - self.start)}")
 

@@ -102,15 +102,14 @@ def run(args: argparse.Namespace) -> int:
         from ..profiles import load_machine
 
         machine = load_machine(args.machine, sets=parse_sets(args.sets))
-    from tqdm import tqdm
+    from ..progress import Phase
 
-    # disable=None: a bar only when stderr is a terminal; its ETA is tqdm's, from the rate so far.
-    with tqdm(total=None, unit=" lookups", unit_scale=True, file=sys.stderr, mininterval=0.5, desc="replay",
-              disable=True if args.no_progress else None, leave=False) as bar:
+    # a bar on a terminal; in a log, a line as the replay starts, every 10 s and at its end
+    with Phase("memwall inspect", "replaying the step", unit="line lookup", enabled=not args.no_progress,
+               delay=2.0) as bar:
         def progress(done: int, total: int) -> None:
-            if bar.total != total:
-                bar.total = total
-            bar.update(done - bar.n)
+            bar.set_total(total)
+            bar.update(done - bar.done)
 
         result = run_case(case, machine=machine, exact=args.exact, max_lookups=args.max_lookups, progress=progress,
                           allow_fallback=args.allow_fallback)

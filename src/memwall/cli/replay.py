@@ -7,7 +7,6 @@ reads the file.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -55,9 +54,8 @@ def _levels(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from ..engine import Hierarchy
+    from ..progress import Phase
     from ..traces import guess_format
 
     fmt = args.format or guess_format(args.trace)
@@ -72,10 +70,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         # checking (3-4 % of a 1 M-access replay through one level).
         options["chunk"] = 1 << 20
     hierarchy = Hierarchy(_levels(args), classify=args.classify)
-    # tqdm's disable=None: a progress bar only when stderr is a terminal. The bar is made
-    # before the clock starts (its first construction costs about 10 ms).
-    with tqdm(unit=" acc", unit_scale=True, file=sys.stderr, disable=None, mininterval=0.5,
-              desc="replay") as bar:
+    # A bar on a terminal, lines in a log (memwall.progress); made before the clock starts
+    # (a bar's first construction costs about 10 ms).
+    with Phase("memwall replay", f"replaying {args.trace}", unit="access", delay=2.0) as bar:
         start, cpu_start = time.perf_counter(), time.process_time()
         hierarchy.replay_file(args.trace, fmt, progress=bar.update, **options)
         if args.flush:
