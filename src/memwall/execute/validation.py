@@ -95,6 +95,14 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None,
     return seen
 
 
+def _predictable(measured: Sequence[Measurement]) -> list[Case]:
+    """The distinct cases of the measurements whose machine and network memwall knows (a
+    network file included): the ones a worker can predict."""
+    known = known_ids("machine"), known_ids("network")
+    return list(dict.fromkeys(case_for(m) for m in measured if m.machine in known[0]
+                              and (m.network is None or m.network in known[1] or m.network_file is not None)))
+
+
 def predictions_to_make(measurements: str | Path | None = None, one_device: bool = False) -> tuple[int, int]:
     """(predictions the validation needs, those not yet in the per-user cache): what a
     sweep's estimate says before it starts."""
@@ -106,9 +114,7 @@ def predictions_to_make(measurements: str | Path | None = None, one_device: bool
     measured = load_measurements(measurements)
     if one_device:
         measured = [m for m in measured if m.dp * m.tp * m.pp == 1]
-    known = known_ids("machine"), known_ids("network")
-    cases = list(dict.fromkeys(case_for(m) for m in measured if m.machine in known[0]
-                               and (m.network is None or m.network in known[1] or m.network_file is not None)))
+    cases = _predictable(measured)
     folder = predictions_folder(None)
     if folder is None:
         return len(cases), len(cases)
@@ -131,9 +137,7 @@ def predict_measurements(measured: Sequence[Measurement], fallback: str | Path |
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="memwall-validation-") as scratch:
             return predict_measurements(measured, scratch, jobs=jobs, command=command, progress=progress)
-    known = known_ids("machine"), known_ids("network")
-    cases = list(dict.fromkeys(case_for(m) for m in measured if m.machine in known[0]
-                               and (m.network is None or m.network in known[1] or m.network_file is not None)))
+    cases = _predictable(measured)
     with Phase(command, f"predicting {len(measured)} measurements", len(cases), unit="prediction",
                enabled=progress) as phase:
         counted = prefetch(cases, folder, jobs, phase)

@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..interconnect import Link
 from ..profiles import Machine
@@ -90,71 +91,58 @@ def _value(machine: Machine, path: str) -> float | None:
 
 
 def _get(machine: Machine, path: str) -> object:
-    head, _, rest = path.partition(".")
-    if path == "clock":
-        return machine.clock_hz
-    if head == "compute":
-        table, _, dtype = rest.rpartition(".")
-        return {"": machine.peak_flops, "vector": machine.vector_flops, "achievable": machine.achievable_flops}[table][dtype]
-    if head == "issue_costs":
-        return machine.issue_costs[rest]
-    if head == "memory":
-        return getattr(machine.memory, rest)
-    if head == "level":
-        name, _, key = rest.rpartition(".")
-        return getattr(next(lv for lv in machine.levels if lv.name == name), key)
-    if head == "schedule":
-        return machine.schedule.params[rest]
-    if head == "timing" and rest.startswith("dispatch."):
-        _, mode, key = rest.split(".")
-        return getattr(machine.dispatch.modes[mode], key)  # type: ignore[union-attr]
-    if head == "timing":
-        return machine.timing.params[rest]
-    if head == "interconnect":
-        link, _, key = rest.partition(".")
-        return getattr(getattr(machine.interconnect, link), key)
-    raise KeyError(path)
+    """The figure at ``path``, read by the same walk that replaces it (:func:`_changed`)."""
+    seen: list[object] = []
+    _changed(machine, path, lambda value: seen.append(value) or value)
+    return seen[0]
 
 
 def scaled(machine: Machine, path: str, factor: float) -> Machine:
     """``machine`` with the figure at ``path`` (a ``--set`` path) multiplied by ``factor``."""
+    return _changed(machine, path, lambda value: value * factor)
+
+
+def _changed(machine: Machine, path: str, change: Callable[[Any], Any]) -> Machine:
+    """``machine`` with the figure at ``path`` replaced by ``change(figure)``; a KeyError,
+    AttributeError or StopIteration where the machine states no such figure."""
     head, _, rest = path.partition(".")
     if path == "clock":
-        return replace(machine, clock_hz=machine.clock_hz * factor)
+        return replace(machine, clock_hz=change(machine.clock_hz))
     if head == "compute":
         table, _, dtype = rest.rpartition(".")
         attr = {"": "peak_flops", "vector": "vector_flops", "achievable": "achievable_flops"}[table]
-        return replace(machine, **{attr: _times(getattr(machine, attr), dtype, factor)})
+        return replace(machine, **{attr: _with(getattr(machine, attr), dtype, change)})
     if head == "issue_costs":
-        return replace(machine, issue_costs=_times(machine.issue_costs, rest, factor))
+        return replace(machine, issue_costs=_with(machine.issue_costs, rest, change))
     if head == "memory":
-        return replace(machine, memory=replace(machine.memory, **{rest: getattr(machine.memory, rest) * factor}))
+        return replace(machine, memory=replace(machine.memory, **{rest: change(getattr(machine.memory, rest))}))
     if head == "level":
         name, _, key = rest.rpartition(".")
-        return replace(machine, levels=tuple(replace(lv, **{key: getattr(lv, key) * factor}) if lv.name == name
-                                             else lv for lv in machine.levels))
+        level = next(lv for lv in machine.levels if lv.name == name)
+        new = replace(level, **{key: change(getattr(level, key))})
+        return replace(machine, levels=tuple(new if lv is level else lv for lv in machine.levels))
     if head == "schedule":
-        return replace(machine, schedule=replace(machine.schedule, params=_times(machine.schedule.params, rest, factor)))
+        return replace(machine, schedule=replace(machine.schedule, params=_with(machine.schedule.params, rest, change)))
     if head == "timing" and rest.startswith("dispatch."):
         _, mode, key = rest.split(".")
         spec = machine.dispatch
-        assert spec is not None
+        if spec is None:
+            raise KeyError(path)
         modes = dict(spec.modes)
-        modes[mode] = replace(modes[mode], **{key: getattr(modes[mode], key) * factor})
+        modes[mode] = replace(modes[mode], **{key: change(getattr(modes[mode], key))})
         return replace(machine, dispatch=replace(spec, modes=modes))
     if head == "timing":
-        return replace(machine, timing=replace(machine.timing, params=_times(machine.timing.params, rest, factor)))
+        return replace(machine, timing=replace(machine.timing, params=_with(machine.timing.params, rest, change)))
     if head == "interconnect":
         ic = machine.interconnect
-        assert ic is not None
         name, _, key = rest.partition(".")
         link: Link = getattr(ic, name)
-        return replace(machine, interconnect=replace(ic, **{name: replace(link, **{key: getattr(link, key) * factor})}))
+        return replace(machine, interconnect=replace(ic, **{name: replace(link, **{key: change(getattr(link, key))})}))
     raise KeyError(path)
 
 
-def _times(table: Mapping[str, float], key: str, factor: float) -> dict:
-    return {**table, key: table[key] * factor}
+def _with(table: Mapping[str, Any], key: str, change: Callable[[Any], Any]) -> dict:
+    return {**table, key: change(table[key])}
 
 
 def sensitivity(machine: Machine, retime: Retime, dispatch: str | None = None,
@@ -181,6 +169,7 @@ class Binding:
     resource: str  # the class whose figures' |elasticities| sum highest
     bound_class: str  # resource, or mixed where it contradicts memory_ratio
     shares: dict[str, float]  # each class's summed |elasticity|
+    named: str = ""  # the resource's own figure with the largest |elasticity| (what a verdict names)
 
 
 def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallback: str = COMPUTE) -> Binding:
@@ -193,11 +182,12 @@ def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallb
         assert cls is not None
         shares[cls] = shares.get(cls, 0.0) + e
     if not classed or max(classed.values()) == 0:
-        return Binding(fallback, fallback, fallback, shares)
+        return Binding(fallback, fallback, fallback, shares, fallback)
     bound = max(classed, key=lambda p: classed[p])  # the first such: the profile's order breaks a tie
     resource = max(shares, key=lambda c: shares[c])
     cls = resource
     if memory_ratio is not None and ((resource == COMPUTE and memory_ratio > MIXED_ABOVE)
                                      or (resource == MEMORY and memory_ratio < MIXED_BELOW)):
         cls = MIXED
-    return Binding(bound, resource, cls, {c: round(v, 4) for c, v in shares.items()})
+    named = max((p for p in classed if figure_class(p) == resource), key=lambda p: classed[p])
+    return Binding(bound, resource, cls, {c: round(v, 4) for c, v in shares.items()}, named)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP, StepTiming
 from ..units import format_time
-from .sensitivity import MEMORY, MIXED, Binding, figure_class
+from .sensitivity import MEMORY, MIXED, Binding
 
 
 def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]) -> str:
@@ -63,11 +63,10 @@ def level_of(path: str) -> str:
 
 
 def _figure(binding: Binding, elasticities: dict[str, float]) -> tuple[str, str]:
-    """The figure a verdict names: the one of the binding class with the largest
-    elasticity, and the single largest beside it where that belongs to another class (the
-    class binds by its figures' sum, not by its largest one)."""
-    members = {p: abs(e) for p, e in elasticities.items() if figure_class(p) == binding.resource}
-    top = max(members, key=lambda p: members[p]) if members else binding.bound
+    """The figure a verdict names: the binding class's own largest, and the single largest
+    beside it where that belongs to another class (a class binds by its figures' sum, not
+    by its largest one)."""
+    top = binding.named or binding.bound
     said = f"{top}, elasticity {elasticities.get(top, 0.0):+.2f}"
     if top != binding.bound and binding.bound in elasticities:
         said += f"; the largest single figure is {binding.bound}, {elasticities[binding.bound]:+.2f}"
