@@ -120,8 +120,7 @@ REPLAYED_KEPT = 64  # a stage's counters are kilobytes a kernel: a few MB at mos
 def plan_digest(machine: Machine, plan: ReplayPlan) -> str:
     """What a planned replay depends on, hashed: the engine's fields of the machine and the
     plan itself (its passes, line size and every nest it replays, whole or sampled)."""
-    text = repr((MODEL_VERSION, engine_fields(machine), plan.passes, plan.line, plan.replays,
-                 [uncached_counters(low) for low in plan.lowered] if not machine.cache_levels else None))
+    text = repr((MODEL_VERSION, engine_fields(machine), plan.passes, plan.line, plan.replays))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -130,6 +129,8 @@ def replay_once(machine: Machine, plan: ReplayPlan,
     """:func:`replay_step`'s answer, computed once per process for each :func:`plan_digest`
     (a stage that repeats across a pipeline's stages, or a device's share that several
     cases run with other dp, ZeRO or link figures, is replayed once)."""
+    if not machine.cache_levels:  # counted from the streams alone: nothing worth keeping
+        return replay_step(machine, plan, progress)
     key = plan_digest(machine, plan)
     kept = _REPLAYED.get(key)
     if kept is not None:
