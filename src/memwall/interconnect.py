@@ -31,10 +31,11 @@ class Link:
 
     bandwidth: float  # bytes per second per device, one direction
     latency: float  # seconds per step of a collective's algorithm (alpha)
+    energy: float | None = None  # joules per bit a device sends; None: not stated
 
     def scaled(self, factor: float) -> Link:
         """The same link with ``factor`` times the bandwidth (what-if and invariant tests)."""
-        return Link(self.bandwidth * factor, self.latency)
+        return Link(self.bandwidth * factor, self.latency, self.energy)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import InputError
 from .schema import FIGURE_STATUSES, Field, Figure, Problems, Table, read_toml, walk
-from .units import parse_byte_rate, parse_bytes, parse_frequency, parse_time
+from .units import parse_byte_rate, parse_bytes, parse_energy, parse_frequency, parse_time
 
 POLICIES = ("lru", "fifo", "random", "plru")
 WRITE_POLICIES = ("back-allocate", "through-noallocate")
@@ -53,6 +53,13 @@ def _frequency(value: Any, context: dict[str, Any]) -> float:
     return parse_frequency(value)
 
 
+def energy_per_byte(value: Any, context: dict[str, Any]) -> float:
+    return parse_energy(value, "B")
+
+
+ENERGY_PER_BYTE = "energy per byte (`'0.5 pJ/B'`, `'3.9 pJ/bit'`)"
+
+
 LEVEL = Table("[[level]]", (
     Field("name", "text", "level name, unique in the hierarchy (e.g. 'L1d')", required=True),
     Field("size", "any", "capacity; must equal sets x ways x line", required=True, parse=_bytes,
@@ -75,6 +82,10 @@ LEVEL = Table("[[level]]", (
     Field("bandwidth_scope", "word", "whose the bandwidth is: `core`, one core's (the timing multiplies it by "
           "the cores a kernel keeps busy), or `chip`, the whole chip's", default="chip", choices=("core", "chip"),
           noun="bandwidth scope", figure="optional"),
+    Field("energy", "any", "energy per byte moved between this level and the level above (the first level: "
+          "per byte the core reads or writes here; a scratchpad: per byte staged through it), the array's "
+          "access and the wires; memwall's energy table (docs/energy.md)", parse=energy_per_byte,
+          unit=ENERGY_PER_BYTE, figure="required"),
     Field("software_managed", "bool", "true for scratchpads (vector registers, shared memory, VMEM): "
           "not simulated as a cache", default=False, figure="optional"),
     Field("shared_by", "int", "how many cores share one instance (informational)", default=1, minimum=1,
@@ -108,6 +119,7 @@ class LevelSpec:
     latency: float | None = None  # seconds per hit served here
     bandwidth: float | None = None  # bytes per second into the level above
     bandwidth_scope: str = "chip"  # "core": bandwidth is one core's; "chip": the whole chip's
+    energy: float | None = None  # joules per byte moved between this level and the one above
     software_managed: bool = False
     shared_by: int = 1
     provenance: dict[str, Figure] = field(default_factory=dict, compare=False, repr=False)

@@ -28,10 +28,18 @@ from typing import Any
 
 from .errors import InputError, RetiredField, real_first
 from .interconnect import Interconnect, Link
-from .levels import LEVEL, STATUSES, Figure, LevelSpec, levels_from
+from .levels import ENERGY_PER_BYTE, LEVEL, STATUSES, Figure, LevelSpec, energy_per_byte, levels_from
 from .plausibility import plausibility, structure
 from .schema import Field, Problems, Table, read_toml, walk
-from .units import parse_byte_rate, parse_bytes, parse_flop_rate, parse_frequency, parse_time
+from .units import (
+    parse_byte_rate,
+    parse_bytes,
+    parse_energy,
+    parse_flop_rate,
+    parse_frequency,
+    parse_power,
+    parse_time,
+)
 from .vocabulary import DISPATCH_MODES
 
 FORMAT_VERSION = 1
@@ -203,6 +211,48 @@ ISSUE_COSTS = Table("[issue_costs]", (
 ), doc="Time per operation of a scalar machine, stored in seconds; `fadd` and `fmul` are required for "
        "`kind = \"scalar\"`.")
 
+def _energy_per_flop(value: Any, context: dict[str, Any]) -> float:
+    return parse_energy(value, "FLOP")
+
+
+def _energy_per_bit(value: Any, context: dict[str, Any]) -> float:
+    return parse_energy(value, "bit")
+
+
+def _power(value: Any, context: dict[str, Any]) -> float:
+    return parse_power(value)
+
+
+def _positive_power(value: Any, context: dict[str, Any]) -> float:
+    return parse_power(value, allow_zero=False)
+
+
+_PJ_FLOP = "energy per FLOP (`'0.4 pJ/FLOP'`; integer dtypes per operation)"
+_W = "power (`'700 W'`, `'115 kW'`)"
+ENERGY_VECTOR = Table("[energy.vector]", tuple(
+    Field(dtype, "any", f"energy of one {dtype} operation in the vector (SIMT/SIMD) units", parse=_energy_per_flop,
+          unit=_PJ_FLOP, figure="required")
+    for dtype in DTYPES
+), doc="The vector units' energy per operation, for every kernel that is not a product, where it differs "
+       "from [energy].")
+ENERGY = Table("[energy]", (
+    Field("tdp", "any", "the device's rated power (a board's TDP; an old machine's rated power): a step whose "
+          "average power is above it is warned", required=True, parse=_positive_power, unit=_W, figure="required"),
+    Field("static", "any", "power the device and its memory draw idle (leakage, clocks, refresh; logic whose "
+          "power does not follow its activity), charged for every second of the step", required=True,
+          parse=_power, unit=_W, figure="required"),
+    Field("host", "any", "power of the host's share per device while it issues kernels (an accelerator's host "
+          "CPUs); absent: not counted", parse=_power, unit=_W, figure="required"),
+    *(Field(dtype, "any", f"energy of one {dtype} {'operation' if dtype.startswith('int') else 'FLOP'} in the "
+            "matrix units (arithmetic only: operands are charged at the levels they move through)",
+            parse=_energy_per_flop, unit=_PJ_FLOP, figure="required") for dtype in DTYPES),
+    Field("vector", "table", "the vector units' energy per operation where it differs (non-product kernels)",
+          table=ENERGY_VECTOR),
+    Field("note", "str", "free text"),
+), doc="Energy per operation and power, for the energy table of every result (docs/energy.md). Per byte "
+       "figures are `energy` on each [[level]], on [memory] and on each [interconnect] link. A profile "
+       "without [energy] runs, with `energy` null.")
+
 MEMORY = Table("[memory]", (
     Field("capacity", "any", "main-memory capacity", required=True, parse=_bytes, unit="size (`'80 GiB'`)",
           figure="required"),
@@ -210,6 +260,8 @@ MEMORY = Table("[memory]", (
           unit="time (`'11 cycles'`, `'90 ns'`)", figure="required"),
     Field("bandwidth", "any", "peak main-memory bandwidth", required=True, parse=_byte_rate,
           unit="rate (`'3.35 TB/s'`, `'8 B/cycle'`)", figure="required"),
+    Field("energy", "any", "energy per byte moved between main memory and the last level (the DRAM's "
+          "access and its I/O)", parse=energy_per_byte, unit=ENERGY_PER_BYTE, figure="required"),
     Field("note", "str", "free text"),
 ), doc="Main memory as the cores see it.")
 
@@ -324,6 +376,8 @@ LINK = Table("[interconnect.<node|cluster>]", (
           figure="required"),
     Field("latency", "any", "latency of one step of a collective's algorithm (alpha)", required=True,
           parse=_time, unit=_T, figure="required"),
+    Field("energy", "any", "energy per bit one device sends over this link (SerDes, switch, NIC where "
+          "sourced)", parse=_energy_per_bit, unit="energy per bit (`'1.3 pJ/bit'`)", figure="required"),
     Field("note", "str", "free text"),
 ), doc="One class of link (docs/timing.md, 'Devices and the interconnect').")
 INTERCONNECT = Table("[interconnect]", (
@@ -364,6 +418,8 @@ PROFILE = Table("machine profile", (
     Field("schedule", "table", "schedule family and its parameters", required=True, table=SCHEDULE),
     Field("interconnect", "table", "the links between devices, for multi-device steps (--dp, --tp, --pp, --ep)",
           table=INTERCONNECT),
+    Field("energy", "table", "energy per operation, static power and rated power, for the energy table",
+          table=ENERGY),
     Field("sources", "mapping", "key -> full citation or URL; a figure's source that looks like a key (no "
           "spaces) must be one"),
 ), doc="Every figure (marked *figure*) may be written `{ value = ..., source = ..., status = ..., derivation "
@@ -426,6 +482,19 @@ class MainMemory:
     capacity: int  # bytes
     latency: float  # seconds, load to use
     bandwidth: float  # bytes per second, peak
+    energy: float | None = None  # joules per byte moved to or from the last level
+
+
+@dataclass(frozen=True)
+class EnergySpec:
+    """A profile's [energy]: power and energy per operation (docs/energy.md); the energy per
+    byte is on each level, on main memory and on each link."""
+
+    tdp: float  # watts, rated
+    static: float  # watts drawn idle, every second of the step
+    host: float | None  # watts of the host's share while it issues; None: not counted
+    matrix: Mapping[str, float]  # dtype -> joules per operation in the matrix units
+    vector: Mapping[str, float]  # dtype -> joules per operation in the vector units ([energy.vector])
 
 
 @dataclass(frozen=True)
@@ -454,6 +523,7 @@ class Machine:
     vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
     achievable_flops: dict[str, float] = field(default_factory=dict)  # [compute.achievable]: dtype -> FLOP/s
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
+    energy: EnergySpec | None = None  # [energy]; None: the results' energy is null
 
     @property
     def cache_levels(self) -> tuple[LevelSpec, ...]:
@@ -501,7 +571,7 @@ class Machine:
                 "name": lv.name, "size": lv.size, "line": lv.line, "ways": lv.ways, "sets": lv.sets,
                 "policy": lv.policy, "write": lv.write, "inclusion": lv.inclusion,
                 "latency": lv.latency, "bandwidth": lv.bandwidth,
-                "software_managed": lv.software_managed, "shared_by": lv.shared_by,
+                "software_managed": lv.software_managed, "shared_by": lv.shared_by, "energy": lv.energy,
             }
 
         return {
@@ -510,7 +580,10 @@ class Machine:
             "peak_flops": dict(self.peak_flops), "issue_costs": dict(self.issue_costs),
             "levels": [level_dict(lv) for lv in self.levels],
             "memory": {"capacity": self.memory.capacity, "latency": self.memory.latency,
-                       "bandwidth": self.memory.bandwidth},
+                       "bandwidth": self.memory.bandwidth, "energy": self.memory.energy},
+            "energy": None if self.energy is None else {
+                "tdp": self.energy.tdp, "static": self.energy.static, "host": self.energy.host,
+                "matrix": dict(self.energy.matrix), "vector": dict(self.energy.vector)},
             "memory_bandwidth": self.memory.bandwidth,
             "balance": self.balances(),
             "timing": {"model": self.timing.model, "params": dict(self.timing.params)},
@@ -738,11 +811,20 @@ def _interconnect(values: Mapping[str, Any]) -> Interconnect | None:
         return None
 
     def link(t: Mapping[str, Any] | None) -> Link | None:
-        return None if t is None else Link(t["bandwidth"], t["latency"])
+        return None if t is None else Link(t["bandwidth"], t["latency"], t.get("energy"))
 
     node = link(table["node"])
     assert node is not None
     return Interconnect(values["id"], table["devices_per_node"], node, link(table.get("cluster")))
+
+
+def _energy(values: Mapping[str, Any]) -> EnergySpec | None:
+    """[energy] as the energy model's value (watts and joules per operation)."""
+    table = values.get("energy")
+    if table is None:
+        return None
+    return EnergySpec(table["tdp"], table["static"], table.get("host"),
+                      {d: table[d] for d in DTYPES if d in table}, dict(table.get("vector", {})))
 
 
 def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problems) -> dict[str, Any]:
@@ -848,7 +930,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
         path=path, dispatch=dispatch, vector_flops=vector_flops, achievable_flops=achievable_flops,
-        interconnect=_interconnect(values),
+        interconnect=_interconnect(values), energy=_energy(values),
     )
 
 

@@ -2,7 +2,8 @@
 
 Owns: byte sizes (``"32 KiB"``, ``"8 MB"``), rates of bytes (``"3.35 TB/s"``,
 ``"64 B/cycle"``), frequencies (``"80 MHz"``), times (``"50 ns"``, ``"11 cycles"``) and
-arithmetic rates (``"160 MFLOP/s"``, ``"2 FLOP/cycle"``).
+arithmetic rates (``"160 MFLOP/s"``, ``"2 FLOP/cycle"``), energies per unit of work
+(``"0.4 pJ/FLOP"``, ``"31 pJ/B"``, ``"3.9 pJ/bit"``) and powers (``"700 W"``, ``"115 kW"``).
 
 Binary prefixes (Ki, Mi, Gi, Ti, Pi: powers of 1024) and decimal prefixes (k, M, G, T,
 P: powers of 1000) are kept apart. ``KB`` is refused as ambiguous: write ``KiB`` or
@@ -171,6 +172,43 @@ def parse_flop_rate(value: str, *, clock_hz: float | None = None) -> float:
         rate *= clock_hz
     _possible(rate, value, "an arithmetic rate", "FLOP/s")
     return rate
+
+
+ENERGY_PREFIXES: dict[str, float] = {"": 1.0, "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15}
+# What an energy figure is per, and the units it may be written per: a byte figure may be
+# written per bit (x 8), as HBM and link datasheets state it, and a bit figure per byte.
+ENERGY_PER: dict[str, dict[str, float]] = {
+    "FLOP": {"FLOP": 1.0, "OP": 1.0, "op": 1.0},
+    "B": {"B": 1.0, "byte": 1.0, "bit": 8.0},
+    "bit": {"bit": 1.0, "B": 0.125, "byte": 0.125},
+}
+
+
+def parse_energy(value: str, per: str) -> float:
+    """An energy per unit of work in joules per ``per`` (``FLOP``, ``B`` or ``bit``):
+    ``"0.4 pJ/FLOP"`` -> 4e-13; ``"3.9 pJ/bit"`` as ``per="B"`` -> 3.12e-11. Zero is
+    allowed (logic whose power does not depend on its activity has no energy per
+    operation: its power is static)."""
+    number, unit = _split(value, "figure of energy")
+    units = ENERGY_PER[per]
+    m = re.fullmatch(r"(?P<prefix>[munpfµ]?)J/(?P<per>\w+)", unit)
+    if not m or m.group("per") not in units:
+        raise InputError(f"{value!r}: an energy here needs a unit such as "
+                         f"{' or '.join(repr('pJ/' + u) for u in units if u != 'byte')}")
+    joules = number * ENERGY_PREFIXES[m.group("prefix")] * units[m.group("per")]
+    _possible(joules, value, "an energy", f"J/{per}", allow_zero=True)
+    return joules
+
+
+def parse_power(value: str, *, allow_zero: bool = True) -> float:
+    """A power in watts: ``"700 W"``, ``"115 kW"``, ``"350 mW"``."""
+    number, unit = _split(value, "power")
+    prefixes = {**SUBUNIT_PREFIXES, "k": 1e3, "M": 1e6}
+    if not unit.endswith("W") or unit[:-1] not in prefixes:
+        raise InputError(f"{value!r}: a power needs a unit W, kW, MW or mW")
+    watts = number * prefixes[unit[:-1]]
+    _possible(watts, value, "a power", "W", allow_zero)
+    return watts
 
 
 def _format(value: float, unit: str, prefixes: dict[str, float], digits: int) -> str:
