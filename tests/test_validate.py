@@ -94,7 +94,19 @@ def test_conversion_refuses_what_it_cannot_compute() -> None:
     with pytest.raises(InputError, match="connections"):
         predicted_metric("cps", {"seconds": 1.0, "cps": 0.0})
     with pytest.raises(InputError, match="unknown metric"):
-        predicted_metric("joules", {"seconds": 1.0})
+        predicted_metric("furlongs", {"seconds": 1.0})
+    with pytest.raises(InputError, match=r"no energy: machine 'vax' states no \[energy\]"):
+        predicted_metric("joules", {"seconds": 1.0, "machine": "vax", "energy": None})
+    with pytest.raises(InputError, match="no 'tokens_per_joule'"):
+        predicted_metric("tokens_per_joule", {"seconds": 1.0, "energy": {"tokens_per_joule": None}})
+
+
+def test_energy_metrics_read_the_energy_table() -> None:
+    energy = {"joules": 12.0, "watts_average": 400.0, "tokens_per_joule": 3.5}
+    pred = {"seconds": 0.03, "energy": energy}
+    assert predicted_metric("joules", pred) == 12.0
+    assert predicted_metric("watts", pred) == 400.0
+    assert predicted_metric("tokens_per_joule", pred) == 3.5
 
 
 def test_predicted_cps_uses_forward_seconds_and_cups_training_seconds() -> None:

@@ -161,6 +161,22 @@ def collective(ic: Interconnect, kind: str, group: Group, nbytes: float) -> floa
     return fn(ic, group, nbytes)
 
 
+def sent_by_link(ic: Interconnect, kind: str, group: Group, nbytes: float) -> dict[str, float]:
+    """Bytes one device sends over each class of link (``node``, ``cluster``) for one
+    collective, by the same hierarchical algorithms the times follow: within a node the
+    ring's (q-1)/q S per pass, across k nodes (k-1)/k of the S/q each node's device
+    carries; an all-to-all's (q-1)/n S stays on the node and (n-q)/n S leaves it. On one
+    node they add up to :func:`bus_bytes`."""
+    p = _Placed(ic, Group(2, group.stride) if kind == "p2p" else group)
+    n = p.q * p.k
+    if kind == "p2p":
+        return {"node": nbytes, "cluster": 0.0} if p.k == 1 else {"node": 0.0, "cluster": nbytes}
+    if kind == "all-to-all":
+        return {"node": (p.q - 1) / n * nbytes if n > 1 else 0.0, "cluster": (n - p.q) / n * nbytes if n > 1 else 0.0}
+    passes = 2 if kind == "all-reduce" else 1
+    return {"node": passes * (p.q - 1) / p.q * nbytes, "cluster": passes * (p.k - 1) / p.k * nbytes / p.q}
+
+
 def bus_bytes(kind: str, n: int, nbytes: float) -> float:
     """Bytes one device sends for a collective: 2(n-1)/n S for an all-reduce, (n-1)/n S for
     the others, S for a point-to-point send."""

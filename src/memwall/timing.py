@@ -137,6 +137,7 @@ class KernelTiming:
     bytes: dict[str, int]  # bytes by level name, all repeats
     terms: dict[str, float] = field(default_factory=dict)  # ModelTimes.terms: one run, not scaled
     dispatch: float = 0.0  # seconds: this kernel's share of the step's dispatch (apply_dispatch)
+    dtype: str = ""  # the kernel's arithmetic type (its energy per operation is this type's)
 
     @property
     def work_seconds(self) -> float:
@@ -518,6 +519,7 @@ def time_kernel(
         stall={k: v * repeat for k, v in t.stall.items()},
         bytes={lv.name: int(lv.bytes * widen) * repeat for lv in traffic.levels},
         terms=t.terms,
+        dtype=dtype,
     )
 
 
@@ -721,6 +723,7 @@ class CommTiming:
     sent: float  # bytes this device sends, all of them (bus bytes)
     overlap: str  # critical | backward | compute | after
     per: str  # micro | step
+    link_bytes: dict[str, float] = field(default_factory=dict)  # bytes this device sends per link class, all of them
 
 
 def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, micro_seconds: float,
@@ -732,7 +735,7 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
     micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched per-layer gathers):
     exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
     micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last."""
-    from .interconnect import Group, bus_bytes, collective
+    from .interconnect import Group, bus_bytes, collective, sent_by_link
 
     out = []
     for c in comms:
@@ -748,8 +751,10 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
             exposed = micro_batches * (one + max(0.0, one * (c.count - 1) - micro_seconds))
         else:
             exposed = total
+        links = sent_by_link(ic, c.kind, group, c.bytes) if c.bytes and c.count else {}
         out.append(CommTiming(c.name, c.kind, c.size, c.bytes, n, total, exposed,
-                              n * bus_bytes(c.kind, c.size, c.bytes), c.overlap, c.per))
+                              n * bus_bytes(c.kind, c.size, c.bytes), c.overlap, c.per,
+                              {link: n * b for link, b in links.items()}))
     return out
 
 

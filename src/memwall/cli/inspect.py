@@ -185,6 +185,18 @@ def _communication(result: dict) -> list[str]:
     return out
 
 
+def _energy_line(result: dict) -> str:
+    e = result.get("energy")
+    if e is None:
+        return f"energy: not counted ({result['machine']} states no [energy] figures; docs/energy.md)"
+    parts = ", ".join(f"{k} {100 * v / e['joules']:.1f}%" for k, v in e["joules_by_component"].items() if v > 0)
+    per = (f"; {e['tokens_per_joule']:.4g} tokens/J" if e["tokens_per_joule"] else "") + (
+        f"; {e['cups_per_joule']:.4g} connection updates/J" if e["cups_per_joule"] else "")
+    unstated = f"; not counted (no figure): {', '.join(e['unstated'])}" if e["unstated"] else ""
+    return (f"energy: {e['joules']:.4g} J, {e['watts_average']:.4g} W a device (tdp {e['tdp']:.4g} W); data movement "
+            f"{100 * e['data_movement_share']:.1f}%: {parts}{per}{unstated}")
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole > 0 else "   - "
 
@@ -268,5 +280,6 @@ def render(result: dict) -> str:
                         if "tokens_per_second_per_device" in sv else "")
                      + f", {per}; KV cache "
                      f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
+    lines.append(_energy_line(result))
     lines.append(f"verdict: {result['verdict']}")
     return printable("\n".join(lines))  # names from files and the command line reach a terminal

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ..energy import device_joules, energy_table, energy_warnings
 from ..errors import InputError
 from ..interconnect import bubble_fraction
 from ..options import Case
@@ -113,9 +114,16 @@ def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int,
                      "examples_per_second": examples / seconds if seconds > 0 else 0.0,
                      "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
                      "tokens_per_second_per_device": tokens / seconds / par.devices if seconds > 0 else 0.0})
-    warnings = [w for w in result.warnings if "at its peak" not in w]
+    unstated: set[str] = set()
+    kinds = [(st.count * replicas, device_joules(t.timing, t.comms, unstated))
+             for (st, _), t in zip(steps, times, strict=True)]
+    updates = par.dp * device.connections * device.examples if cfg.training else 0
+    energy = energy_table(machine, kinds, seconds, par.devices, tokens=tokens, connection_updates=updates,
+                          unstated=unstated)
+    warnings = [w for w in result.warnings if "at its peak" not in w and not w.startswith("average power")]
+    warnings += energy_warnings(machine, energy)
     if not fits:
         worst = max(stage_rows, key=lambda r: r["ledger"]["peak"])
         warnings.insert(0, capacity_warning(worst["ledger"]["peak"], machine, f"a device of stage {worst['stage']}"))
-    return replace(result, rates=rates, devices=devices, warnings=warnings,
+    return replace(result, rates=rates, devices=devices, warnings=warnings, energy=energy,
                    ledger=Ledger(ledger, {"memory": machine.memory.capacity, "fits": fits}))

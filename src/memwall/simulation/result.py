@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..energy import EnergyTable, as_json, device_joules, energy_table, energy_warnings, kernel_total_joules
 from ..errors import InputError
 from ..options import Case
 from ..plausibility import implausible_figures, structure_warnings, suspect_figures
@@ -129,7 +130,7 @@ class Devices:
 
 
 # The groups in the order their keys appear in the JSON.
-GROUPS = ("identity", "rates", "time", "bytes", "ledger", "warnings", "kernels", "dtype_fallback", "training",
+GROUPS = ("identity", "rates", "time", "bytes", "energy", "ledger", "warnings", "kernels", "dtype_fallback", "training",
           "seed", "devices", "serving")
 
 
@@ -149,6 +150,7 @@ class Groups:
     warnings: list[str] = field(default_factory=list)
     serving: dict[str, Any] | None = None
     dtype_fallback: dict[str, Any] | None = None  # {requested, used} when the products ran at another dtype's rate
+    energy: EnergyTable | None = None  # None: the profile states no [energy]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -156,6 +158,8 @@ class Groups:
             value = getattr(self, name)
             if name in ("bytes", "warnings", "kernels"):
                 out[name] = value
+            elif name == "energy":
+                out[name] = as_json(value)
             elif name in ("serving", "dtype_fallback"):
                 if value is not None:
                     out[name] = value
@@ -219,6 +223,7 @@ def _kernel_rows(timing: StepTiming) -> list[dict[str, Any]]:
             "cycles": _breakdown(k.compute * n, (k.overhead + k.dispatch) * n,
                                  {c: v * n for c, v in k.stall.items()}, clock),
             "bytes": {c: v * n for c, v in k.bytes.items()},
+            "joules": kernel_total_joules(timing.machine, k, n),
         })
     return rows
 
@@ -420,6 +425,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
     ledger = step.ledger.as_dict()
     fits = ledger["peak"] <= machine.memory.capacity
     warnings = _warnings(machine, step, ledger["peak"], fits)
+    energy = step_energy(step, timing)
+    warnings += energy_warnings(machine, energy)
     if fallback is not None:
         warnings.append(fallback["warning"])
     cfg = step.config
@@ -446,4 +453,15 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         warnings=warnings,
         serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,
         dtype_fallback={k: v for k, v in fallback.items() if k != "warning"} if fallback is not None else None,
+        energy=energy,
     )
+
+
+def step_energy(step: Step, timing: StepTiming) -> EnergyTable | None:
+    """The energy of one device's ``timing`` of ``step`` (docs/energy.md): its tokens (a
+    sequence model's, every micro-batch's) and, for training, its connection updates."""
+    unstated: set[str] = set()
+    joules = device_joules(timing, (), unstated)
+    updates = timing.connections * timing.examples if timing.phase == "train" else 0
+    return energy_table(timing.machine, [(1, joules)], timing.seconds, 1,
+                        tokens=step.config.accumulate * step.tokens, connection_updates=updates, unstated=unstated)

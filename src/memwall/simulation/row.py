@@ -75,6 +75,13 @@ ROW: tuple[Column, ...] = (
     Column("seed_fraction_of_peak", "number", "", "seed of peak", "the seed model's fraction of peak"),
     Column("a", "number", "B", "a", "the seed's activation traffic a, B per d per token per layer"),
     Column("d_min", "number", "", "d_min", "the seed's pole d_min = a.beta/72"),
+    # Energy (null where the profile states no [energy]; docs/energy.md)
+    Column("joules", "number", "J", "energy", "joules of the step, every device"),
+    Column("watts_average", "number", "W", "power", "average power per device (joules / seconds / devices)"),
+    Column("data_movement_share", "number", "", "movement share", "the share of the joules spent moving data "
+           "(every level, main memory and the links)"),
+    Column("tokens_per_joule", "number", "tokens/J", "tokens/J", "tokens of the step (every device's) per joule"),
+    Column("cups_per_joule", "number", "CUP/J", "CUP/J", "training: connection updates per joule"),
     # Multi-device rows only
     Column("dp", "int", "", "dp", "data-parallel replicas", leading=False),
     Column("tp", "int", "", "tp", "tensor-parallel devices", leading=False),
@@ -91,7 +98,9 @@ ROW: tuple[Column, ...] = (
 BY_COLUMN: dict[str, Column] = {c.name: c for c in ROW}
 # Per memory level: stall_<level> (stall cycles / total) and bytes_<level> (bytes moved).
 LEVEL_COLUMNS = {"stall_": Column("stall_", "number", "", "stall", "stall cycles at the level / total"),
-                 "bytes_": Column("bytes_", "number", "B", "bytes", "bytes moved at the level")}
+                 "bytes_": Column("bytes_", "number", "B", "bytes", "bytes moved at the level"),
+                 "joules_": Column("joules_", "number", "J", "joules", "joules of one component (arithmetic.<dtype>, "
+                                   "a level, memory, interconnect, static, host)")}
 # The leading columns of results.csv, in this order; the others follow as rows have them.
 COLUMNS = tuple(c.name for c in ROW if c.leading)
 
@@ -211,6 +220,11 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         row[f"stall_{level}"] = _share(c, total)
     for level, b in result["bytes"].items():
         row[f"bytes_{level}"] = float(b)
+    energy = result.get("energy")
+    if energy is not None:
+        row.update({k: energy[k] for k in ("joules", "watts_average", "data_movement_share", "tokens_per_joule",
+                                            "cups_per_joule")})
+        row.update({f"joules_{k}": float(v) for k, v in energy["joules_by_component"].items()})
     return row
 
 

@@ -46,6 +46,11 @@ METRICS: dict[str, str] = {
                          "prefill: prompt tokens per second; train or forward: tokens per second per device "
                          "(all devices' / the device count)",
     "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time)",
+    "joules": "energy of one step, every device (a training step, a forward pass, one decode step of the whole "
+              "batch, a prefill)",
+    "watts": "average power per device over the step",
+    "tokens_per_joule": "tokens of one step per joule, every device's (decode: output tokens; prefill: prompt "
+                        "tokens; training: tokens trained)",
 }
 # The unit a value written as a string must carry, per metric (with a decimal prefix).
 METRIC_UNITS: dict[str, tuple[str, ...]] = {
@@ -56,6 +61,9 @@ METRIC_UNITS: dict[str, tuple[str, ...]] = {
     "samples_per_second": ("samples/s",),
     "tokens_per_second": ("tokens/s",),
     "seconds_per_token": ("s",),
+    "joules": ("J",),
+    "watts": ("W",),
+    "tokens_per_joule": ("tokens/J",),
 }
 RELIABILITIES = ("high", "medium", "low")
 # How a measurement judges the prediction:
@@ -69,6 +77,9 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VALUE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<prefix>[kMGTPE]?)(?P<unit>\S+)\s*$")
 _PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _SUBSECOND = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Metrics whose unit takes a sub-unit prefix (the decimal prefixes above are k and up).
+_SUBUNITS = {"seconds": _SUBSECOND, "seconds_per_token": _SUBSECOND,
+             "joules": {"mJ": 1e-3, "uJ": 1e-6, "µJ": 1e-6}, "watts": {"mW": 1e-3}}
 
 
 def _ident(value: str, context: dict[str, Any]) -> str:
@@ -196,8 +207,9 @@ def _with_unit(raw: str, metric: str) -> float:
     if not m:
         raise InputError(f"cannot read {raw!r}: expected a number and a unit ({' or '.join(units)})")
     number, prefix, unit = float(m.group("num")), m.group("prefix"), m.group("unit")
-    if metric == "seconds" and prefix + unit in _SUBSECOND:
-        return number * _SUBSECOND[prefix + unit]
+    sub = _SUBUNITS.get(metric, {})
+    if prefix + unit in sub:
+        return number * sub[prefix + unit]
     if unit in units:
         return number * _PREFIX[prefix]
     if prefix + unit in units:  # e.g. 's' has no prefix to strip

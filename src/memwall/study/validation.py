@@ -100,6 +100,21 @@ def case_for(m: Measurement) -> Case:
     return Case(machine=m.machine, network=m.network_file or m.network, **{k: getattr(m, k) for k in option_names()})
 
 
+# The energy metrics and the key of a result's energy table each reads.
+ENERGY_METRICS = {"joules": "joules", "watts": "watts_average", "tokens_per_joule": "tokens_per_joule"}
+
+
+def _energy_metric(metric: str, prediction: Mapping[str, Any]) -> float:
+    energy = prediction.get("energy")
+    if not energy:
+        raise InputError(f"the prediction has no energy: machine {prediction.get('machine')!r} states no "
+                         "[energy] figures", field="metric")
+    key = ENERGY_METRICS[metric]
+    if not energy.get(key):
+        raise InputError(f"the prediction has no {key!r}: the step has no tokens", field="metric")
+    return float(energy[key])
+
+
 def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int = 1,
                      network: str | None = None) -> float:
     """The prediction (a ``memwall inspect`` dict), in the measurement's metric (see the
@@ -134,6 +149,8 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
         if not serving or metric not in serving:
             raise InputError(f"the prediction has no {metric!r}: it is not a decode or prefill case", field="metric")
         return float(serving[metric])
+    if metric in ENERGY_METRICS:
+        return _energy_metric(metric, prediction)
     if metric in ("cups", "cps"):
         # run_case reports 'cups' for a training step and 'cps' for a forward one, both
         # connections x examples / seconds; the other is 0, and then the preset says C.
