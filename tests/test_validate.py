@@ -186,6 +186,20 @@ def test_summary_groups_point_checks_by_era_and_by_machine_kind() -> None:
     assert "by machine kind" in text and "array" in text.split("by machine kind")[1]
 
 
+def test_summary_judges_speed_and_energy_apart() -> None:
+    def result(ratio: float, metric: str) -> CaseResult:
+        return CaseResult(id="x", machine="m", workload="w", metric=metric, measured=1.0, predicted=ratio,
+                          ratio=ratio, status="ok", check="point", bound=None, reliability="high", notes="",
+                          explanation=None, source="", year=2022, kind="gpu")
+
+    s = summarize([result(1.0, "flops"), result(1.5, "seconds"), result(4.0, "tokens_per_joule"),
+                   result(0.25, "watts"), result(1.2, "joules")])
+    assert s["by_quantity"]["speed"]["point_cases"] == 2 and s["by_quantity"]["speed"]["share_within_2x"] == 1.0
+    assert s["by_quantity"]["energy"]["point_cases"] == 3
+    assert s["by_quantity"]["energy"]["median_abs_log2_ratio"] == pytest.approx(2.0)
+    assert "by quantity" in format_table([result(1.0, "flops")], None)
+
+
 def test_unknown_machine_and_network_are_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     import memwall.study.validation as v
 

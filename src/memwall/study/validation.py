@@ -272,6 +272,8 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "not_predicted": not_run,
         "by_era": _grouped(point, lambda r: era_of(r.year)),
         "by_kind": _grouped(point, lambda r: r.kind or "unknown"),
+        # speed (time, rates) and energy (joules, watts, tokens per joule) are judged apart
+        "by_quantity": _grouped(point, lambda r: "energy" if r.metric in ENERGY_METRICS else "speed"),
     }
 
 
@@ -323,7 +325,7 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
         + ", within 2x: " + ("-" if share is None else f"{share:.0%}")
     )
     lines.append(f"bound checks: {summary['bounds_held']} of {summary['bound_cases']} held")
-    for title, key in (("by era", "by_era"), ("by machine kind", "by_kind")):
+    for title, key in (("by era", "by_era"), ("by machine kind", "by_kind"), ("by quantity", "by_quantity")):
         groups = summary.get(key) or {}
         if groups:
             width = max(len(name) for name in groups)
