@@ -165,3 +165,16 @@ def test_energy_needs_its_rated_and_static_power(tmp_path: Path) -> None:
     path.write_text(text)
     with pytest.raises(InputError, match="energy.tdp|energy.static"):
         load_machine_file(path)
+
+
+def test_a_unit_that_would_draw_more_than_the_rating_is_warned() -> None:
+    from memwall.plausibility import plausibility
+    from memwall.schema import Problems
+
+    problems = Problems("t")
+    plausibility(scalar(**{"energy.fp32": "1 mJ/FLOP"}), problems)  # 1 MFLOP/s x 1 mJ = 1 kW > 100 W
+    assert [w.field for w in problems.warnings] == ["energy.fp32"]
+    assert "draws 1000 W" in problems.warnings[0].reason
+    quiet = Problems("t")
+    plausibility(scalar(), quiet)
+    assert not [w for w in quiet.warnings if w.field.startswith(("energy", "memory.energy"))]

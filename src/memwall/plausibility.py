@@ -38,6 +38,26 @@ def plausibility(m: Machine, problems: Problems) -> None:
         if value is not None and not lo <= value <= hi:
             problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
     _era_balance(m, problems)
+    _energy_within_rating(m, problems)
+
+
+def _energy_within_rating(m: Machine, problems: Problems) -> None:
+    """Static power plus one unit at its peak (a dtype's matrix rate at its energy per
+    operation, or main memory's bandwidth at its energy per byte) cannot exceed the rated
+    power: a unit slip (pJ for nJ), or a peak rate or power of another part."""
+    e = m.energy
+    if e is None:
+        return
+    if e.static > e.tdp:
+        problems.add(f"static power {e.static:.4g} W is above the rated {e.tdp:.4g} W", "energy.static", warning=True)
+    draws = {f"energy.{d}": m.peak_flops[d] * j for d, j in e.matrix.items() if m.peak_flops.get(d)}
+    if m.memory.energy is not None:
+        draws["memory.energy"] = m.memory.bandwidth * m.memory.energy
+    for where, watts in draws.items():
+        if e.static + watts > e.tdp * (1 + 1e-9):
+            problems.add(f"at its peak this unit alone draws {watts:.4g} W; with the static {e.static:.4g} W that is "
+                         f"above the rated {e.tdp:.4g} W (a unit slip, or a peak or rating of another part?)", where,
+                         warning=True)
 
 
 # One device's main memory beyond this is a slip (a unit, a power of two): the largest
