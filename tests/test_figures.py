@@ -68,9 +68,11 @@ def test_a_figure_whose_drawing_changed_is_redrawn_though_its_data_did_not(sweep
 
 
 def test_figures_say_what_they_lack_rather_than_vanish(tmp_path, pyplot):
-    # (the validation, the high-water and the capacity sweep draw from the shipped data, not the sweep's rows)
+    # (the validation, the high-water, the capacity sweep and the energy shares draw from the shipped data, not
+    # the sweep's rows)
     sweep_figures = [n for n in NAMES
-                     if n not in ("validation", "activation_highwater", "llc_capacity", "bytes_per_token")]
+                     if n not in ("validation", "activation_highwater", "llc_capacity", "bytes_per_token",
+                                  "energy_share")]
     written = write_figures(tmp_path, [], machines=[], ledger=[], only=sweep_figures)
     for paths in written.values():
         assert all(p.stat().st_size > 0 for p in paths)

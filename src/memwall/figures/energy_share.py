@@ -1,0 +1,263 @@
+"""Figure 16, where a step's joules go: per-example and batched NETtalk from the VAX to
+Blackwell, and Llama 3 8B batch-1 decode on three GPUs, as stacked shares of the step's
+energy by component (arithmetic, on-chip levels, main memory, interconnect, static power,
+host), of all its joules and of its dynamic joules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._style import (
+    COMPUTE_COLOUR,
+    OVERHEAD_COLOUR,
+    _empty,
+    _finish,
+    _plt,
+    axis,
+    custom,
+    e,
+    empty_spec,
+    hover,
+    sources,
+    spec,
+)
+
+NUMBER = 16
+NAME = "energy_share"
+TITLE = "Where a step's energy goes: data movement against arithmetic and static power"
+CAPTION = ("The joules of one step by component, as shares, for NETtalk trained per example (batch 1, an update "
+           "per example) and batched (batch 64, one update per batch) on machines from 1978 to 2024, and for "
+           "Llama 3 8B decoding one token at batch 1 against a 512-token context on three GPUs. Left: shares of "
+           "all the step's joules; right: of its dynamic joules (static power and the host left out). Data "
+           "movement (hatched) is every memory level's bytes at its energy per byte, main memory's and the "
+           "links'. Each share is the energy model's counts × the profiles' energy figures, most of them "
+           "estimates (see figure 15 and each profile's provenance); machines whose profile states no [energy] "
+           "are left out and named below the bars. Static power × seconds dominates wherever the step is short "
+           "against the chip's idle draw, so the left panel says more about step time than about the bytes.")
+TABLES = ("steps", "components", "lacking")
+NEEDS = "machine profiles with [energy] figures"
+OPT_IN = False
+
+Row = Mapping[str, Any]
+NETTALK_MACHINES = ("vax-11-780-fpa", "cray-1", "v100-sxm2", "h100-sxm", "b200")
+# (workload label, batch, updates)
+NETTALK_WORKLOADS = (("NETtalk per-example, batch 1", 1, "per-example"),
+                     ("NETtalk batched, batch 64", 64, "minibatch"))
+DECODE_MACHINES = ("v100-sxm2", "h100-sxm", "b200")
+DECODE_NETWORK, DECODE_BATCH, DECODE_CONTEXT = "llama3-8b", 1, 512
+DECODE_WORKLOAD = f"Llama 3 8B decode, batch {DECODE_BATCH}, context {DECODE_CONTEXT}"
+
+# The component groups, in stacking order: (key, label, colour, data movement)
+GROUPS = (("arithmetic", "arithmetic", COMPUTE_COLOUR, False),
+          ("levels", "on-chip levels (registers, caches, scratchpads)", "#dd8452", True),
+          ("memory", "main memory", "#c44e52", True),
+          ("interconnect", "interconnect", "#8172b3", True),
+          ("static", "static power × seconds", "#8c8c8c", False),
+          ("host", "host issuing kernels", OVERHEAD_COLOUR, False))
+DYNAMIC = tuple(g for g, *_ in GROUPS if g not in ("static", "host"))
+
+
+def cases() -> list[tuple[str, Any]]:
+    """(workload label, Case) of every step the figure runs, profiles with [energy] or not."""
+    from ..options import Case
+
+    out = [(label, Case(machine=m, network="nettalk", batch=b, updates=updates))
+           for label, b, updates in NETTALK_WORKLOADS for m in NETTALK_MACHINES]
+    out += [(DECODE_WORKLOAD, Case(machine=m, network=DECODE_NETWORK, batch=DECODE_BATCH, phase="decode",
+                                   context=DECODE_CONTEXT)) for m in DECODE_MACHINES]
+    return out
+
+
+def share_inputs() -> dict[str, Any]:
+    """What the tables are computed from: reused while the model, profiles and presets are unchanged."""
+    import json
+
+    from ..canonical import dumps
+    from ..model_version import MODEL_VERSION
+    from ..study.identity import machine_info, network_info
+
+    shown = cases()
+    return json.loads(dumps({"model": MODEL_VERSION, "cases": [[label, c.as_dict()] for label, c in shown],
+                             "machines": {c.machine: machine_info(c.machine).fingerprint for _, c in shown},
+                             "networks": {c.network: network_info(c.network).fingerprint for _, c in shown}}))
+
+
+def group_of(component: str, levels: Sequence[str]) -> str:
+    """A ``joules_by_component`` key's group (:data:`GROUPS`)."""
+    if component.startswith("arithmetic."):
+        return "arithmetic"
+    if component in ("memory", "interconnect", "static", "host"):
+        return component
+    if component in levels:
+        return "levels"
+    raise ValueError(f"unknown energy component {component!r}")
+
+
+def step_rows(label: str, case: Any, machine: Any, result: Mapping[str, Any]) -> tuple[dict[str, Any],
+                                                                                       list[dict[str, Any]]]:
+    """One step's row (its joules by group, its shares) and its components' rows."""
+    energy = result["energy"]
+    total = energy["joules"]
+    levels = [lv.name for lv in machine.levels]
+    grouped = {g: 0.0 for g, *_ in GROUPS}
+    components = []
+    for component, joules in energy["joules_by_component"].items():
+        g = group_of(component, levels)
+        grouped[g] += joules
+        components.append({"workload": label, "machine": machine.id, "component": component, "group": g,
+                           "joules": joules, "share": joules / total if total > 0 else None})
+    dynamic = sum(grouped[g] for g in DYNAMIC)
+    moving = sum(grouped[g] for g, _, _, movement in GROUPS if movement)
+    if energy.get("tokens_per_joule"):
+        per_unit, unit = 1 / energy["tokens_per_joule"], "token"
+    elif energy.get("cups_per_joule"):
+        per_unit, unit = 1 / energy["cups_per_joule"], "connection update"
+    else:
+        per_unit, unit = None, None
+    row = {"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year,
+           "network": case.network, "batch": case.batch, "updates": case.updates, "phase": case.phase,
+           "context": case.context, "seconds": result["seconds"], "joules": total,
+           "data_movement_share": energy["data_movement_share"],
+           "dynamic_movement_share": moving / dynamic if dynamic > 0 else None,
+           "joules_per_unit": per_unit, "unit": unit, "watts_average": energy["watts_average"],
+           "tdp": energy["tdp"], "unstated": "; ".join(energy.get("unstated") or []),
+           **{f"joules_{g}": v for g, v in grouped.items()}}
+    return row, components
+
+
+def share_data(run: Any = None) -> dict[str, list[dict[str, Any]]]:
+    """The tables: ``steps`` (one row a step of a machine with [energy]), ``components``
+    (each step's joules by component) and ``lacking`` (the steps left out: the machine's
+    profile states no [energy]). Machines without energy are not run. ``run``: how a case
+    is run (default :func:`memwall.simulation.run_case`)."""
+    from ..profiles import load_machine
+
+    if run is None:
+        from ..simulation import run_case as run
+    steps, components, lacking = [], [], []
+    for label, case in cases():
+        machine = load_machine(case.machine)
+        if machine.energy is None:
+            lacking.append({"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year})
+            continue
+        result = run(case)
+        if result.get("energy") is None:
+            lacking.append({"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year})
+            continue
+        row, parts = step_rows(label, case, machine, result)
+        steps.append(row)
+        components += parts
+    return {"steps": steps, "components": components, "lacking": lacking}
+
+
+def _label(r: Row) -> str:
+    return f"{r['machine']} · {r['workload']}"
+
+
+def _lacking_note(data: Mapping[str, Any]) -> str:
+    lacking = data.get("lacking") or []
+    if not lacking:
+        return "Every machine named states [energy]."
+    machines = list(dict.fromkeys(r["machine"] for r in lacking))
+    return (f"Left out (the profile states no [energy], so no joules): {', '.join(machines)} "
+            f"({len(lacking)} step{'s' if len(lacking) != 1 else ''}).")
+
+
+def _shares(r: Row, groups: Sequence[str]) -> list[float]:
+    total = sum(r[f"joules_{g}"] for g in groups)
+    return [r[f"joules_{g}"] / total if total > 0 else 0.0 for g in groups]
+
+
+def _per_unit(r: Row) -> str:
+    if r.get("joules_per_unit") is None:
+        return ""
+    return f"{r['joules_per_unit']:.3g} J/{'CU' if r['unit'] == 'connection update' else r['unit']}"
+
+
+def draw(data: Mapping[str, Any]):
+    steps = data.get("steps") or []
+    if not steps:
+        return _empty(f"{NUMBER}. {TITLE}", NEEDS)
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(steps) + 2.6), sharey=True)
+    ys = list(range(len(steps)))[::-1]
+    every = [g for g, *_ in GROUPS]
+    for ax, groups in ((left, every), (right, list(DYNAMIC))):
+        starts = [0.0] * len(steps)
+        for g, label, colour, movement in GROUPS:
+            if g not in groups:
+                continue
+            widths = [_shares(r, groups)[groups.index(g)] for r in steps]
+            if ax is right:
+                widths = [w if r["dynamic_movement_share"] is not None else 0.0 for w, r in zip(widths, steps,
+                                                                                                 strict=True)]
+            ax.barh(ys, widths, left=starts, color=colour, hatch="///" if movement else None, edgecolor="white",
+                    lw=0.5, label=label if ax is left else None)
+            starts = [s + w for s, w in zip(starts, widths, strict=True)]
+        ax.set_xlim(0, 1.32)
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+        ax.grid(True, axis="x", alpha=0.3)
+    for y, r in zip(ys, steps, strict=True):
+        left.text(1.02, y, f"{100 * r['data_movement_share']:.3g} % moving\n{_per_unit(r)}", va="center",
+                  fontsize=6)
+        dyn = r["dynamic_movement_share"]
+        right.text(1.02 if dyn is not None else 0.02, y,
+                   f"{100 * dyn:.3g} % moving" if dyn is not None else "no dynamic energy stated (all static)",
+                   va="center", fontsize=6)
+    left.set_yticks(ys)
+    left.set_yticklabels([_label(r) for r in steps], fontsize=7)
+    left.set_xlabel("share of the step's joules")
+    right.set_xlabel("share of the step's dynamic joules (static power and host left out)")
+    left.set_title("All joules of the step", fontsize=10)
+    right.set_title("Dynamic joules only", fontsize=10)
+    left.legend(fontsize=6, loc="lower center", bbox_to_anchor=(0.5, 1.06), ncol=3)
+    _finish(fig, sources("Joules: the energy model's counts (operations by dtype, bytes at every level, a "
+                         "scratchpad charged for what it stages) × each profile's energy figures, plus static "
+                         "power × the step's seconds; most figures are estimates (each profile's provenance). "
+                         "Hatched: data movement. J/CU: joules per connection update. " + _lacking_note(data)))
+    return fig
+
+
+def plotly(data: Mapping[str, Any]) -> dict[str, Any]:
+    steps = data.get("steps") or []
+    if not steps:
+        return empty_spec(f"{NUMBER}. {TITLE}", NEEDS)
+    every = [g for g, *_ in GROUPS]
+    labels = [_label(r) for r in steps]
+    traces: list[dict[str, Any]] = []
+    for axes, groups in (("", every), ("2", list(DYNAMIC))):
+        for g, label, colour, movement in GROUPS:
+            if g not in groups:
+                continue
+            shares = [_shares(r, groups)[groups.index(g)] for r in steps]
+            traces.append({"type": "bar", "orientation": "h", "name": label, "legendgroup": g,
+                           "showlegend": axes == "", "x": shares, "y": labels, "xaxis": "x" + axes,
+                           "yaxis": "y" + axes,
+                           "marker": {"color": colour, "pattern": {"shape": "/" if movement else ""}},
+                           "customdata": custom(steps, ("machine", "workload", f"joules_{g}", "joules",
+                                                        "data_movement_share", "dynamic_movement_share",
+                                                        "joules_per_unit", "unit")),
+                           "hovertemplate": hover(("machine", "step", f"{label} J", "step J", "movement share",
+                                                   "movement share of dynamic J", "J per unit", "unit"))})
+    return spec(traces, barmode="stack", height=140 + 34 * len(steps), margin={"t": 40, "r": 20, "b": 55, "l": 300},
+                xaxis=axis("share of the step's joules", domain=[0, 0.48], range=[0, 1]),
+                yaxis=axis("", autorange="reversed"),
+                xaxis2=axis("share of dynamic joules (static, host left out)", domain=[0.52, 1], range=[0, 1],
+                            anchor="y2"),
+                yaxis2=axis("", anchor="x2", matches="y", showticklabels=False, autorange="reversed"))
+
+
+def prose(data: Mapping[str, Any]) -> str:
+    steps = data.get("steps") or []
+    if not steps:
+        return ""
+    bits = []
+    for r in steps:
+        dyn = r["dynamic_movement_share"]
+        bits.append(f"{e(r['machine'])}, {e(r['workload'])}: {r['joules']:.3g} J a step"
+                    + (f" ({_per_unit(r)})" if r.get("joules_per_unit") is not None else "")
+                    + f", {100 * r['data_movement_share']:.3g} % moving data"
+                    + (f" ({100 * dyn:.3g} % of the dynamic joules)" if dyn is not None
+                       else " (no dynamic energy stated)"))
+    return "By the energy model: " + "; ".join(bits) + ". " + e(_lacking_note(data))
