@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from memwall.figures import NAMES, energy_balance, energy_per_token, energy_share
+from memwall.study import energy as study_energy
 
 
 def _no_energy(machine):
@@ -37,7 +38,7 @@ def test_energy_balance_rows_are_the_profiles_figures():
     from memwall.profiles import load_machine
 
     m = load_machine("h100-sxm")
-    row = energy_balance.machine_row(m)
+    row = study_energy.machine_row(m)
     assert row["flop_dtype"] == m.primary_dtype
     assert row["pj_per_flop"] == pytest.approx(m.energy.matrix[m.primary_dtype] * 1e12)
     assert row["pj_per_byte"] == pytest.approx(m.memory.energy * 1e12)
@@ -51,11 +52,11 @@ def test_energy_balance_rows_are_the_profiles_figures():
 def test_a_machine_without_energy_is_left_out_of_the_energy_balance(pyplot, monkeypatch):
     from memwall import profiles
 
-    assert energy_balance.machine_row(_no_energy(profiles.load_machine("h100-sxm"))) is None
+    assert study_energy.machine_row(_no_energy(profiles.load_machine("h100-sxm"))) is None
     shipped = profiles.all_machines()
     monkeypatch.setattr(profiles, "all_machines",
                         lambda: [_no_energy(m) if m.id == "h100-sxm" else m for m in shipped])
-    data = energy_balance.balance_data(["h100-sxm", "b200"])
+    data = study_energy.balance_data(["h100-sxm", "b200"])
     assert [r["id"] for r in data["machines"]] == ["b200"]
     assert [r["id"] for r in data["lacking"]] == ["h100-sxm"]
     spec = energy_balance.plotly(data)
@@ -68,7 +69,7 @@ def test_a_machine_without_energy_is_left_out_of_the_energy_balance(pyplot, monk
 
 
 def test_the_energy_balance_draws_the_shipped_profiles(pyplot):
-    data = energy_balance.balance_data()
+    data = study_energy.balance_data()
     rows = data["machines"]
     assert rows and all(r["pj_per_flop"] is not None or r["pj_per_byte"] is not None for r in rows)
     # a machine stating zero dynamic energy (all static) has no energy balance, not an infinite one
@@ -77,7 +78,7 @@ def test_the_energy_balance_draws_the_shipped_profiles(pyplot):
     fig = energy_balance.draw(data)
     assert len(fig.axes) == 2
     json.dumps(energy_balance.plotly(data))
-    assert energy_balance.balance_data([]) == {"machines": [], "lacking": []}
+    assert study_energy.balance_data([]) == {"machines": [], "lacking": []}
     assert "No data" in json.dumps(energy_balance.plotly({}))
 
 
@@ -103,12 +104,12 @@ def test_energy_share_runs_only_machines_with_energy(monkeypatch):
         return run_case(case)
 
     monkeypatch.setattr(profiles, "load_machine", load)
-    data = energy_share.share_data(run=run)
+    data = study_energy.share_data(run=run)
     assert "h100-sxm" not in ran and "h100-sxm" not in {r["machine"] for r in data["steps"]}
     assert {r["machine"] for r in data["lacking"]} >= {"h100-sxm"}
-    assert len(data["steps"]) + len(data["lacking"]) == len(energy_share.cases())
+    assert len(data["steps"]) + len(data["lacking"]) == len(study_energy.cases())
     for r in data["steps"]:
-        groups = sum(r[f"joules_{g}"] for g, *_ in energy_share.GROUPS)
+        groups = sum(r[f"joules_{g}"] for g, _ in study_energy.GROUPS)
         assert groups == pytest.approx(r["joules"], rel=1e-9)
         moving = r["joules_levels"] + r["joules_memory"] + r["joules_interconnect"]
         assert moving / r["joules"] == pytest.approx(r["data_movement_share"], rel=1e-9, abs=1e-15)
@@ -140,10 +141,10 @@ def test_energy_share_draws_its_steps(pyplot):
 
 
 def test_a_component_the_figure_does_not_know_is_refused():
-    assert energy_share.group_of("arithmetic.bf16", ["L2"]) == "arithmetic"
-    assert energy_share.group_of("L2", ["L2"]) == "levels"
+    assert study_energy.group_of("arithmetic.bf16", ["L2"]) == "arithmetic"
+    assert study_energy.group_of("L2", ["L2"]) == "levels"
     with pytest.raises(ValueError, match="unknown energy component"):
-        energy_share.group_of("L3", ["L2"])
+        study_energy.group_of("L3", ["L2"])
 
 
 # --------------------------------------------------------------------------------------

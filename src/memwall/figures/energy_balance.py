@@ -5,7 +5,7 @@ and their ratio (pJ/B ÷ pJ/FLOP) beside the time balance of figure 1, from the 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._style import (
@@ -42,62 +42,6 @@ NEEDS = "machine profiles with [energy] figures"
 OPT_IN = False
 
 Row = Mapping[str, Any]
-PJ = 1e12  # joules -> picojoules
-
-
-def _status(machine: Any, key: str) -> tuple[str | None, str | None]:
-    fig = machine.provenance.get(key)
-    if fig is None:
-        return None, None
-    return fig.status, machine.citation(fig)
-
-
-def machine_row(machine: Any) -> dict[str, Any] | None:
-    """One machine's energy figures as the figure draws them (None: it states none): pJ per
-    FLOP of its primary dtype on the matrix units (the dtype whose figure prices it, as the
-    energy model does), pJ per byte of main memory, the energy balance where both are
-    positive, the time balance, and rated power ÷ peak (pJ per FLOP at the rated power)."""
-    from ..energy import arithmetic_figure
-
-    dtype = machine.primary_dtype
-    peak, bandwidth = machine.peak_flops[dtype], machine.memory.bandwidth
-    priced = arithmetic_figure(machine, dtype, "gemm") if machine.energy is not None else None
-    per_byte = machine.memory.energy
-    if priced is None and per_byte is None:
-        return None
-    flop_dtype, per_flop = priced if priced is not None else (None, None)
-    flop_status, flop_source = _status(machine, f"energy.{flop_dtype}") if flop_dtype else (None, None)
-    byte_status, byte_source = _status(machine, "memory.energy") if per_byte is not None else (None, None)
-    tdp = machine.energy.tdp if machine.energy is not None else None
-    pj_flop = per_flop * PJ if per_flop is not None else None
-    pj_byte = per_byte * PJ if per_byte is not None else None
-    return {"id": machine.id, "name": machine.name, "year": machine.year, "kind": machine.kind, "dtype": dtype,
-            "flop_dtype": flop_dtype, "pj_per_flop": pj_flop, "pj_per_byte": pj_byte,
-            "energy_balance": pj_byte / pj_flop if pj_flop and pj_byte else None,
-            "time_balance": peak / bandwidth, "peak": peak, "bandwidth": bandwidth, "tdp": tdp,
-            "static": machine.energy.static if machine.energy is not None else None,
-            "pj_per_flop_at_tdp": tdp / peak * PJ if tdp else None,
-            "flop_status": flop_status, "byte_status": byte_status,
-            "flop_source": flop_source, "byte_source": byte_source}
-
-
-def balance_data(ids: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The tables, from the shipped profiles (those of ``ids`` where given): ``machines``,
-    one row a machine stating any energy figure (:func:`machine_row`); ``lacking``, those
-    stating none (left out of the figure)."""
-    from ..profiles import all_machines
-
-    keep = None if ids is None else set(ids)
-    machines, lacking = [], []
-    for m in all_machines():
-        if keep is not None and m.id not in keep:
-            continue
-        row = machine_row(m)
-        if row is None:
-            lacking.append({"id": m.id, "name": m.name, "year": m.year, "kind": m.kind})
-        else:
-            machines.append(row)
-    return {"machines": machines, "lacking": lacking}
 
 
 def _positive(rows: Sequence[Row], key: str) -> list[Row]:

@@ -40,14 +40,6 @@ NEEDS = "machine profiles with [energy] figures"
 OPT_IN = False
 
 Row = Mapping[str, Any]
-NETTALK_MACHINES = ("vax-11-780-fpa", "cray-1", "v100-sxm2", "h100-sxm", "b200")
-# (workload label, batch, updates)
-NETTALK_WORKLOADS = (("NETtalk per-example, batch 1", 1, "per-example"),
-                     ("NETtalk batched, batch 64", 64, "minibatch"))
-DECODE_MACHINES = ("v100-sxm2", "h100-sxm", "b200")
-DECODE_NETWORK, DECODE_BATCH, DECODE_CONTEXT = "llama3-8b", 1, 512
-DECODE_WORKLOAD = f"Llama 3 8B decode, batch {DECODE_BATCH}, context {DECODE_CONTEXT}"
-
 # The component groups, in stacking order: (key, label, colour, data movement)
 GROUPS = (("arithmetic", "arithmetic", COMPUTE_COLOUR, False),
           ("levels", "on-chip levels (registers, caches, scratchpads)", "#dd8452", True),
@@ -57,98 +49,6 @@ GROUPS = (("arithmetic", "arithmetic", COMPUTE_COLOUR, False),
           ("host", "host issuing kernels", OVERHEAD_COLOUR, False))
 DYNAMIC = tuple(g for g, *_ in GROUPS if g not in ("static", "host"))
 
-
-def cases() -> list[tuple[str, Any]]:
-    """(workload label, Case) of every step the figure runs, profiles with [energy] or not."""
-    from ..options import Case
-
-    out = [(label, Case(machine=m, network="nettalk", batch=b, updates=updates))
-           for label, b, updates in NETTALK_WORKLOADS for m in NETTALK_MACHINES]
-    out += [(DECODE_WORKLOAD, Case(machine=m, network=DECODE_NETWORK, batch=DECODE_BATCH, phase="decode",
-                                   context=DECODE_CONTEXT)) for m in DECODE_MACHINES]
-    return out
-
-
-def share_inputs() -> dict[str, Any]:
-    """What the tables are computed from: reused while the model, profiles and presets are unchanged."""
-    import json
-
-    from ..canonical import dumps
-    from ..model_version import MODEL_VERSION
-    from ..study.identity import machine_info, network_info
-
-    shown = cases()
-    return json.loads(dumps({"model": MODEL_VERSION, "cases": [[label, c.as_dict()] for label, c in shown],
-                             "machines": {c.machine: machine_info(c.machine).fingerprint for _, c in shown},
-                             "networks": {c.network: network_info(c.network).fingerprint for _, c in shown}}))
-
-
-def group_of(component: str, levels: Sequence[str]) -> str:
-    """A ``joules_by_component`` key's group (:data:`GROUPS`)."""
-    if component.startswith("arithmetic."):
-        return "arithmetic"
-    if component in ("memory", "interconnect", "static", "host"):
-        return component
-    if component in levels:
-        return "levels"
-    raise ValueError(f"unknown energy component {component!r}")
-
-
-def step_rows(label: str, case: Any, machine: Any, result: Mapping[str, Any]) -> tuple[dict[str, Any],
-                                                                                       list[dict[str, Any]]]:
-    """One step's row (its joules by group, its shares) and its components' rows."""
-    energy = result["energy"]
-    total = energy["joules"]
-    levels = [lv.name for lv in machine.levels]
-    grouped = {g: 0.0 for g, *_ in GROUPS}
-    components = []
-    for component, joules in energy["joules_by_component"].items():
-        g = group_of(component, levels)
-        grouped[g] += joules
-        components.append({"workload": label, "machine": machine.id, "component": component, "group": g,
-                           "joules": joules, "share": joules / total if total > 0 else None})
-    dynamic = sum(grouped[g] for g in DYNAMIC)
-    moving = sum(grouped[g] for g, _, _, movement in GROUPS if movement)
-    if energy.get("tokens_per_joule"):
-        per_unit, unit = 1 / energy["tokens_per_joule"], "token"
-    elif energy.get("cups_per_joule"):
-        per_unit, unit = 1 / energy["cups_per_joule"], "connection update"
-    else:
-        per_unit, unit = None, None
-    row = {"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year,
-           "network": case.network, "batch": case.batch, "updates": case.updates, "phase": case.phase,
-           "context": case.context, "seconds": result["seconds"], "joules": total,
-           "data_movement_share": energy["data_movement_share"],
-           "dynamic_movement_share": moving / dynamic if dynamic > 0 else None,
-           "joules_per_unit": per_unit, "unit": unit, "watts_average": energy["watts_average"],
-           "tdp": energy["tdp"], "unstated": "; ".join(energy.get("unstated") or []),
-           **{f"joules_{g}": v for g, v in grouped.items()}}
-    return row, components
-
-
-def share_data(run: Any = None) -> dict[str, list[dict[str, Any]]]:
-    """The tables: ``steps`` (one row a step of a machine with [energy]), ``components``
-    (each step's joules by component) and ``lacking`` (the steps left out: the machine's
-    profile states no [energy]). Machines without energy are not run. ``run``: how a case
-    is run (default :func:`memwall.simulation.run_case`)."""
-    from ..profiles import load_machine
-
-    if run is None:
-        from ..simulation import run_case as run
-    steps, components, lacking = [], [], []
-    for label, case in cases():
-        machine = load_machine(case.machine)
-        if machine.energy is None:
-            lacking.append({"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year})
-            continue
-        result = run(case)
-        if result.get("energy") is None:
-            lacking.append({"workload": label, "machine": machine.id, "name": machine.name, "year": machine.year})
-            continue
-        row, parts = step_rows(label, case, machine, result)
-        steps.append(row)
-        components += parts
-    return {"steps": steps, "components": components, "lacking": lacking}
 
 
 def _label(r: Row) -> str:

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..figures import FIGURES, NAMES, OPT_IN, energy_balance, energy_share
+from ..figures import FIGURES, NAMES, OPT_IN
 from ..model_version import MODEL_VERSION
+from . import energy
 from . import gholami as gh
 from . import tables as tb
 
@@ -67,10 +68,10 @@ def makers(out: str | os.PathLike[str], rows: Sequence[Row], *,
         "tricks": (tb.tricks_inputs, lambda: {"ladder": tb.tricks_ladder()}),
         "gholami": (lambda: gh.gholami_inputs(gholami or {}), lambda: gh.gholami_data(gholami or {})),
         # From the profiles alone: the machines of ``machines`` where given, else every shipped one.
-        "energy_balance": (None, lambda: energy_balance.balance_data(
+        "energy_balance": (None, lambda: energy.balance_data(
             None if machines is None else [r["id"] for r in machines])),
         # Runs its steps (up to thirteen, a few seconds); kept while the model, networks and profiles are unchanged.
-        "energy_share": (energy_share.share_inputs, energy_share.share_data),
+        "energy_share": (energy.share_inputs, energy.share_data),
     }
 
 
