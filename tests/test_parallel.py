@@ -188,7 +188,8 @@ def pipelined() -> dict:
 def test_multi_device_result_carries_devices_parallel_and_ledger(pipelined: dict) -> None:
     r = pipelined
     assert r["devices"] == 8
-    assert r["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "ep": 1, "zero": 0}
+    assert r["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "ep": 1, "zero": 0, "cp": 1, "cp_kind": "ring",
+                             "sequence_parallel": False, "interleave": 1}
     assert r["accumulate"] == 4 and r["fusion"] == "none"
     assert r["interconnect_bytes"] > 0
     assert {"ledger", "fits"} <= set(r["stages"][0])

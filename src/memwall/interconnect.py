@@ -6,7 +6,7 @@ the link within a node and the link across nodes), :class:`Group` (the devices o
 collective, placed on nodes by their rank stride) and the closed forms of
 ``docs/timing.md``, "Devices and the interconnect": ring and tree all-reduce, all-gather,
 reduce-scatter, all-to-all and point-to-point, each hierarchical when its group spans
-nodes; the 1F1B pipeline bubble (:func:`bubble_fraction`); ZeRO's bytes per parameter
+nodes; the 1F1B pipeline bubble, plain or interleaved (:func:`bubble_fraction`); ZeRO's bytes per parameter
 (:func:`zero_bytes_per_parameter`). Every function is pure: seconds from bytes, devices
 and links, nothing from the engine.
 
@@ -187,12 +187,14 @@ def bus_bytes(kind: str, n: int, nbytes: float) -> float:
     return (2 if kind == "all-reduce" else 1) * (n - 1) / n * nbytes
 
 
-def bubble_fraction(stages: int, micro_batches: int) -> float:
-    """1F1B's idle share of a pipeline step: (p-1)/(m+p-1) (Narayanan et al. 2021)."""
-    if stages < 1 or micro_batches < 1:
-        raise InputError(f"need at least one stage and one micro-batch, got p={stages}, m={micro_batches}",
-                         field="pp")
-    return (stages - 1) / (micro_batches + stages - 1)
+def bubble_fraction(stages: int, micro_batches: int, interleave: int = 1) -> float:
+    """1F1B's idle share of a pipeline step: (p-1)/(m+p-1); interleaved over V virtual stages
+    a device, (p-1)/(V m + p - 1), i.e. Narayanan et al.'s (p-1)/(V m) of the ideal time
+    (Narayanan et al. 2021, section 2.2)."""
+    if stages < 1 or micro_batches < 1 or interleave < 1:
+        raise InputError(f"need at least one stage, one micro-batch and one virtual stage, got p={stages}, "
+                         f"m={micro_batches}, V={interleave}", field="pp")
+    return (stages - 1) / (interleave * micro_batches + stages - 1)
 
 
 def zero_bytes_per_parameter(stage: int, n: int, w: float = 2, g: float = 2, optimizer: float = 12) -> float:

@@ -48,7 +48,7 @@ from .vocabulary import (
     parse_checkpoint,
 )
 from .workloads.config import UPDATE_FUSIONS
-from .workloads.parallel import Parallel
+from .workloads.parallel import CP_KINDS, Parallel
 
 # The stages that read an option.
 STEP = "step"  # the step builder: the kernels, their tensors and the ledger
@@ -117,6 +117,13 @@ class Option:
         and converted as the declaration says; an InputError naming the option otherwise."""
         name = self.name
         f = self.field
+        if self.python_type is bool:
+            if isinstance(value, bool):
+                return value
+            word = value.strip().lower() if isinstance(value, str) else None
+            if word in BOOL_WORDS:
+                return BOOL_WORDS[word]
+            raise InputError(f"must be on or off (true or false), got {value!r}", field=name)
         if self.python_type is int:
             number = _whole(value)
             low, high = f.minimum, f.maximum
@@ -129,6 +136,10 @@ class Option:
         if f.choices and value not in f.choices:
             raise InputError(f"must be one of {', '.join(f.choices)}, got {value!r}", field=name)
         return f.parse(value, {}) if f.parse is not None else value
+
+
+# how a boolean option is written on the command line (a file gives true or false)
+BOOL_WORDS = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False}
 
 
 def _whole(value: Any) -> int | None:
@@ -145,7 +156,7 @@ def _option(key: str, kind: type, doc: str, stage: str, *, default: Any = None, 
             minimum: float | None = None, maximum: float | None = None, workloads: tuple[str, ...] = (NETWORK,),
             phases: tuple[str, ...] = PHASES, help: str = "", metavar: str = "", default_doc: str = "",
             unit: str = "", parse: Any = None, needs: tuple[str, tuple[str, ...]] | None = None) -> Option:
-    schema_type = "int" if kind is int else ("word" if choices else "str")
+    schema_type = "int" if kind is int else "bool" if kind is bool else ("word" if choices else "str")
     return Option(Field(key, schema_type, doc, default=default, choices=tuple(choices), minimum=minimum,
                         maximum=maximum, default_doc=default_doc, unit=unit, parse=parse),
                   stage, kind, workloads, phases, help, metavar, needs)
@@ -198,6 +209,19 @@ OPTIONS: tuple[Option, ...] = (
             metavar="N"),
     _option("zero", int, "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also weights", DEVICES,
             default=0, minimum=0, maximum=3, phases=TRAIN_ONLY, metavar="N"),
+    _option("cp", int, "context-parallel devices: each holds S / cp tokens of every sequence (ranks: tp, then "
+            "cp, then dp, then pp)", DEVICES, default=1, minimum=1, metavar="N"),
+    _option("cp_kind", str, "context parallelism: ring (K, V blocks passed device to device, overlapped with "
+            "each block's attention) or ulysses (all-to-alls of heads around attention; heads must divide by cp)",
+            DEVICES, default="ring", choices=CP_KINDS),
+    _option("sequence_parallel", bool, "Megatron sequence parallelism: norms, residuals and dropouts sharded "
+            "over the tensor-parallel group, its all-reduces replaced by reduce-scatters and all-gathers (needs "
+            "tp > 1)", DEVICES, default=False, metavar="on|off", default_doc="off",
+            help="Megatron sequence parallelism: norms, residuals and dropouts sharded over the tensor-parallel "
+            "group, its all-reduces replaced by reduce-scatters and all-gathers; needs --tp > 1 (on | off; the "
+            "flag alone is on)"),
+    _option("interleave", int, "interleaved 1F1B: virtual pipeline stages a device (the layers split into pp x "
+            "interleave chunks; accumulate a multiple of pp)", DEVICES, default=1, minimum=1, metavar="V"),
     _option("max_positions", int, "rows of the learned position table, for a preset with learned positions "
             "run at a longer sequence than it was trained for (its position weights grow with it)", STEP, minimum=1,
             default_doc="the preset's", metavar="N"),
@@ -253,7 +277,7 @@ class _CaseMethods:
 
     @property
     def parallel(self) -> Parallel:
-        return Parallel(*(getattr(self, k) for k in names(DEVICES)))
+        return Parallel(**{k: getattr(self, k) for k in names(DEVICES)})
 
     @property
     def workload(self) -> str:
@@ -334,6 +358,9 @@ def add_case_arguments(parser: argparse.ArgumentParser | Any, *, lists: bool = F
         if lists:
             group.add_argument(option.flag, dest=option.name, nargs="+", metavar=metavar,
                                default=argparse.SUPPRESS, help=_help(option, True))
+        elif option.python_type is bool:  # the flag alone says on
+            group.add_argument(option.flag, dest=option.name, nargs="?", const="on", default=argparse.SUPPRESS,
+                               metavar=metavar, help=_help(option, False))
         else:
             # Read as text and checked by make_case, so a bad value is one InputError line, as from a file.
             group.add_argument(option.flag, dest=option.name, default=argparse.SUPPRESS, metavar=metavar,

@@ -727,14 +727,20 @@ class CommTiming:
 
 
 def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, micro_seconds: float,
-                       backward_seconds: float) -> list[CommTiming]:
+                       backward_seconds: float,
+                       attention_seconds: Mapping[str, float] | None = None) -> list[CommTiming]:
     """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
     reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
     micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched per-layer gathers):
     exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
-    micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last."""
+    micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last.
+    ``attention`` / ``attention-backward`` (ring attention's blocks, a group of n): each of
+    the c transfers of a micro-batch hides behind one block's attention,
+    h = A (n - 1) / (c n) with A the micro-batch's attention kernels of that direction
+    (``attention_seconds``: ``forward`` counts the recomputed ones too); exposed =
+    m c max(0, t_one - h)."""
     from .interconnect import Group, bus_bytes, collective, sent_by_link
 
     out = []
@@ -749,6 +755,11 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
         elif c.overlap == "compute":
             # prefetched: all but the first gather of a micro-batch can hide behind its kernels
             exposed = micro_batches * (one + max(0.0, one * (c.count - 1) - micro_seconds))
+        elif c.overlap in ("attention", "attention-backward") and c.count:
+            # ring attention: c transfers and c n / (n - 1) blocks of attention a micro-batch
+            pool = (attention_seconds or {}).get("backward" if c.overlap == "attention-backward" else "forward", 0.0)
+            hidden = pool * (c.size - 1) / (c.count * c.size)
+            exposed = n * max(0.0, one - hidden)
         else:
             exposed = total
         links = sent_by_link(ic, c.kind, group, c.bytes) if c.bytes and c.count else {}
@@ -788,16 +799,21 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
     update = it * sum(k.seconds for k in timing.kernels if k.phase == "update")
     micro = (timing.seconds - update) / micro_batches
     backward = it * sum(k.seconds for k in timing.kernels if k.phase in ("backward", "recompute")) / micro_batches
+    attention = {d: it * sum(k.seconds for k in timing.kernels if k.op == "attention" and k.phase in phases)
+                 / micro_batches for d, phases in (("forward", ("forward", "recompute")), ("backward", ("backward",)))}
     timed = time_communication(ic, comms, micro_batches=micro_batches, micro_seconds=micro,
-                               backward_seconds=backward)
+                               backward_seconds=backward, attention_seconds=attention)
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)
 
 
-def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int) -> tuple[int, StepTiming]:
+def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int,
+                  interleave: int = 1) -> tuple[int, StepTiming]:
     """1F1B over ``pp`` stages and m micro-batches: the slowest stage's slot t sets the pace;
     the device waits (p - 1) t in fill and drain (bubble = (p-1)/(m+p-1) of the pipeline).
+    Interleaved over V virtual stages a device (Narayanan et al. 2021), fill and drain run
+    chunks of t / V: the wait is (p - 1) t / V (bubble = (p-1)/(V m + p - 1)).
     Returns the index of the slowest stage and its device's timing with the exposed
     communication and the bubble set."""
     from dataclasses import replace
@@ -805,4 +821,5 @@ def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int) -> 
     b = max(range(len(stages)), key=lambda i: stages[i].slot)
     s = stages[b]
     comm = s.exposed_step + micro_batches * (s.slot - (s.timing.seconds - s.update) / micro_batches)
-    return b, replace(s.timing, interconnect=comm, bubble=(pp - 1) * s.slot)
+    bubble = (pp - 1) * s.slot if interleave == 1 else (pp - 1) * s.slot / interleave
+    return b, replace(s.timing, interconnect=comm, bubble=bubble)

@@ -169,8 +169,12 @@ def _communication(result: dict) -> list[str]:
         return []
     p = result["parallel"]
     g = result["global_step"]
+    extra = "".join(part for part, on in (
+        (f", cp {p['cp']} {p['cp_kind']}", p.get("cp", 1) > 1),
+        (", sequence-parallel", p.get("sequence_parallel")),
+        (f", interleave {p['interleave']}", p.get("interleave", 1) > 1)) if on)
     out = [f"devices: {result['devices']} (dp {p['dp']}, tp {p['tp']}, pp {p['pp']}, ep {p['ep']}, zero "
-           f"{p['zero']}); the slowest stage's device is shown; {g['tokens_per_second']:.4g} tokens/s in all, "
+           f"{p['zero']}{extra}); the slowest stage's device is shown; {g['tokens_per_second']:.4g} tokens/s in all, "
            f"{g['tokens_per_second_per_device']:.4g} per device",
            f"{'communication':<44} {'kind':>14} {'group':>6} {'count':>6} {'bytes':>10} {'time':>10} {'exposed':>10}"]
     for c in result["communication"]:
@@ -178,10 +182,16 @@ def _communication(result: dict) -> list[str]:
                    f"{format_bytes(c['bytes']):>10} {format_time(c['seconds']):>10} {format_time(c['exposed']):>10}")
     tbc = result["time_by_component"]
     out.append(f"interconnect {format_time(tbc['interconnect'])} exposed, {format_bytes(result['interconnect_bytes'])} "
-               f"sent; bubble {format_time(tbc['bubble'])} ((p-1)/(m+p-1) = {result['bubble_fraction']:.3f})")
+               f"sent; bubble {format_time(tbc['bubble'])} ("
+               f"{'(p-1)/(m+p-1)' if p.get('interleave', 1) == 1 else '(p-1)/(V m+p-1)'} = "
+               f"{result['bubble_fraction']:.3f})")
     for st in result["stages"]:
+        sh = st.get("shards") or {}
+        held = (f"; a device holds {sh['sequence_tokens']} tokens a sequence ({sh['norm_tokens']} in its norms), "
+                f"{sh['heads']} heads ({sh['attention_heads']} in attention, {sh['attention_queries']} queries x "
+                f"{sh['attention_keys']} keys)" if sh.get("layers") else "")
         out.append(f"stage {st['stage']} (x{st['count']}): {format_time(st['slot_seconds'])} a micro-batch, peak "
-                   f"{format_bytes(st['ledger']['peak'])}" + ("" if st["fits"] else " (DOES NOT FIT)"))
+                   f"{format_bytes(st['ledger']['peak'])}" + ("" if st["fits"] else " (DOES NOT FIT)") + held)
     return out
 
 

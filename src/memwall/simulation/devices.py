@@ -1,4 +1,4 @@
-"""A case on dp x tp x pp devices: each distinct device's share replayed once, its
+"""A case on dp x tp x cp x pp devices: each distinct device's share replayed once, its
 communication timed by the link model, the pipeline paced by its slowest stage.
 
 Owns: :func:`run_parallel` and the turning of the slowest device's result into the
@@ -17,7 +17,7 @@ from ..interconnect import bubble_fraction
 from ..options import Case
 from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
-from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger
+from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
 from .plan import check_cost, plan_replay
 from .replay import _ticker, replay_once
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
@@ -50,7 +50,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     plans = [plan_replay(machine, st, exact=exact) for _, st in steps]
     total = sum(p.lookups for p in plans)
     check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
-    share = 1.0 / par.dp if par.zero >= 1 and config.training else 1.0
+    share = 1.0 / par.replicas if par.zero >= 1 and config.training else 1.0
     counters = []
     done = 0
     for plan in plans:
@@ -65,15 +65,15 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
             for (stage, st), plan, c in zip(steps, plans, counters, strict=True)]
 
     def retime(on: Machine) -> float:
-        return time_pipeline(stages(on), par.pp, k)[1].seconds
+        return time_pipeline(stages(on), par.pp, k, par.interleave)[1].seconds
 
     times = stages(machine)
-    b, device = time_pipeline(times, par.pp, k)
+    b, device = time_pipeline(times, par.pp, k, par.interleave)
     step = steps[b][1]
     groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device)
     if config.serving:  # every replica's tokens; the per-device rate beside them
         groups = replace(groups, serving=serving_figures(step, device.seconds, machine.memory.capacity,
-                                                         devices=par.devices, replicas=par.dp))
+                                                         devices=par.devices, replicas=par.replicas))
     return finished(groups, machine)
 
 
@@ -83,7 +83,7 @@ def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int,
     stage's slot and ledger, ZeRO's per-device ledger."""
     machine = device.machine
     seconds = device.seconds
-    replicas = par.tp * par.dp
+    replicas = par.tp * par.cp * par.dp  # devices running each stage kind's step (cp on other tokens)
     flops = sum(st.count * replicas * t.timing.flops for (st, _), t in zip(steps, times, strict=True))
     recompute = sum(st.count * replicas * t.timing.iterations * sum(x.flops for x in t.timing.kernels
                                                                     if x.phase == "recompute")
@@ -94,13 +94,14 @@ def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int,
     for (st, step), t in zip(steps, times, strict=True):
         ledger = shard_ledger(step.ledger, par).as_dict()
         stage_rows.append({"stage": st.name, "count": st.count, "layers": st.layers,
+                           "shards": shard_summary(step, st, par),
                            "slot_seconds": t.slot, "update_seconds": t.update,
                            "communication_seconds": t.exposed_step, "ledger": ledger,
                            "fits": ledger["peak"] <= machine.memory.capacity})
     ledger = stage_rows[b]["ledger"]
     fits = all(r["fits"] for r in stage_rows)
     cfg = steps[b][1].config
-    tokens = par.dp * cfg.accumulate * steps[b][1].tokens
+    tokens = par.dp * par.cp * cfg.accumulate * steps[b][1].tokens  # each cp device: S / cp of each sequence
     examples = par.dp * cfg.accumulate * cfg.batch
     comms = [{"name": c.name, "kind": c.kind, "group": c.group, "bytes": c.bytes, "count": c.count,
               "seconds": c.seconds, "exposed": c.exposed, "sent_bytes": c.sent, "overlap": c.overlap}
@@ -109,7 +110,8 @@ def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int,
                     mfu=model / device.peak, hfu=per_device / device.peak, model_flops=flops - recompute)
     devices = Devices(
         devices=par.devices, parallel=par.as_dict(), interconnect_bytes=sum(c.sent for c in times[b].comms),
-        communication=comms, stages=stage_rows, bubble_fraction=bubble_fraction(par.pp, cfg.accumulate),
+        communication=comms, stages=stage_rows,
+        bubble_fraction=bubble_fraction(par.pp, cfg.accumulate, par.interleave),
         global_step={"devices": par.devices, "examples": examples, "tokens": tokens, "seconds": seconds,
                      "examples_per_second": examples / seconds if seconds > 0 else 0.0,
                      "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,

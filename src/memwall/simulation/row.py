@@ -88,7 +88,11 @@ ROW: tuple[Column, ...] = (
     Column("pp", "int", "", "pp", "pipeline stages", leading=False),
     Column("ep", "int", "", "ep", "expert-parallel group", leading=False),
     Column("zero", "int", "", "zero", "ZeRO stage", leading=False),
-    Column("devices", "int", "", "devices", "dp x tp x pp", leading=False),
+    Column("cp", "int", "", "cp", "context-parallel devices", leading=False),
+    Column("cp_kind", "text", "", "cp kind", "context parallelism: ring or ulysses", leading=False),
+    Column("sequence_parallel", "flag", "", "seq. parallel", "Megatron sequence parallelism", leading=False),
+    Column("interleave", "int", "", "interleave", "virtual pipeline stages a device", leading=False),
+    Column("devices", "int", "", "devices", "dp x tp x cp x pp", leading=False),
     Column("interconnect_fraction", "number", "", "interconnect", "exposed link time / step", leading=False),
     Column("bubble_fraction", "number", "", "bubble", "pipeline bubble / step", leading=False),
     Column("interconnect_bytes", "number", "B", "sent", "bytes a device sends a step", leading=False),
@@ -96,6 +100,8 @@ ROW: tuple[Column, ...] = (
     Column("kv_cache_bytes", "number", "B", "KV cache", "the KV cache's bytes", leading=False),
 )
 BY_COLUMN: dict[str, Column] = {c.name: c for c in ROW}
+# a multi-device row's case options (memwall.options' DEVICES options)
+PARALLEL_KEYS = ("dp", "tp", "pp", "ep", "zero", "cp", "cp_kind", "sequence_parallel", "interleave")
 # Per memory level: stall_<level> (stall cycles / total) and bytes_<level> (bytes moved).
 LEVEL_COLUMNS = {"stall_": Column("stall_", "number", "", "stall", "stall cycles at the level / total"),
                  "bytes_": Column("bytes_", "number", "B", "bytes", "bytes moved at the level"),
@@ -166,7 +172,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns
-        row.update({k: getattr(case, k) for k in ("dp", "tp", "pp", "ep", "zero")}, devices=case.parallel.devices)
+        row.update({k: getattr(case, k) for k in PARALLEL_KEYS}, devices=case.parallel.devices)
     if error or result is None:
         return row
     # result is memwall.simulation.result.Result's: every key below is always there.
@@ -240,4 +246,5 @@ def row_order(row: Mapping[str, Any]) -> tuple:
             s(row["network"]), s(row["phase"]), s(row["updates"]), s(row["checkpoint"]),
             s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"],
             row.get("accumulate") or 1, s(row.get("fusion")),
-            tuple(row.get(k) or (0 if k == "zero" else 1) for k in ("dp", "tp", "pp", "ep", "zero")))
+            tuple(row.get(k) or (0 if k == "zero" else 1) for k in ("dp", "tp", "pp", "ep", "zero")),
+            (row.get("cp") or 1, s(row.get("cp_kind")), bool(row.get("sequence_parallel")), row.get("interleave") or 1))

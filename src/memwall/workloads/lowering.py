@@ -766,6 +766,8 @@ def _attention(kernel: Kernel, p: Mapping[str, Any], fam: str) -> Lowered:
         chunk = 1
     if pr.get("decode"):
         return _decode_attention(kernel, chunk)
+    if int(pr.get("blocks", 1)) > 1:
+        return _ring_attention(kernel, chunk, fam)
     kfull, krem = divmod(s, chunk)
     if pr.get("backward"):
         q, k, v, o, do, lse = kernel.reads
@@ -813,6 +815,70 @@ def _attention(kernel: Kernel, p: Mapping[str, Any], fam: str) -> Lowered:
     if fam == "vector":
         vec = heads * -(-s // chunk) * 6
     return Lowered([nest], vec, note)
+
+
+def _ring_attention(kernel: Kernel, chunk: int, fam: str) -> Lowered:
+    """Ring attention's core on one device: ``blocks`` fused calls of the local queries (``seq``
+    rows a head) against a block of ``keys / blocks`` keys, the first the device's own K, V,
+    the others read from the receive buffer (its first block's range each time: the engine
+    sees one range re-read where two alternate). Forward: per head, Q read, K, V streamed in
+    chunks, O and the softmax statistics written, once per block (each call's output is merged
+    into the running one). Backward: per head and block, K, V staged; Q, dO, O and dQ (read
+    and written) streamed by chunks of rows; the statistics read; the block's dK, dV written."""
+    pr = kernel.params
+    e = DTYPE_BYTES[kernel.dtype]
+    group, sq, dk, dv = int(pr["kv_group"]), int(pr["seq"]), int(pr["dk"]), int(pr["dv"])
+    blocks = int(pr["blocks"])
+    sb = int(pr["keys"]) // blocks  # keys a block
+    outer = kernel.batch // group
+    backward = bool(pr.get("backward"))
+    if backward:
+        q, k, v, o, do, lse, kbuf, vbuf = kernel.reads
+        dq, dkb, dvb = kernel.writes
+    else:
+        q, k, v, kbuf, vbuf = kernel.reads
+        o, lse = kernel.writes
+    qs, ks, vs = sq * dk * e, sb * dk * e, sb * dv * e  # one head's Q (local), one block's K, V
+
+    def nest(kk: Any, vv: Any, count: int) -> LoopNest:
+        counts = (outer, group, count)
+        rows = sq if backward else sb  # what streams in chunks: the queries backward, the keys forward
+        full, rem = divmod(rows, chunk)
+        acc: list[Access] = []
+        tail: list[Access] = []
+        if not backward:
+            acc.append(Access(q.addr, (qs * group, qs, 0), qs, tensor=q.name))
+            for ref, per in ((kk, ks), (vv, vs)):
+                row = per // sb
+                acc.append(Access(ref.addr, (per, 0, 0, chunk * row), chunk * row, tensor=ref.name))
+                if rem:
+                    tail.append(Access(ref.addr + full * chunk * row, (per, 0, 0), rem * row, after=True,
+                                       tensor=ref.name))
+            tail.append(Access(o.addr, (sq * dv * e * group, sq * dv * e, 0), sq * dv * e, is_write=True,
+                               after=True, tensor=o.name))
+            tail.append(Access(lse.addr, (sq * 4 * group, sq * 4, 0), sq * 4, is_write=True, after=True,
+                               tensor=lse.name))
+        else:
+            acc += [Access(kk.addr, (ks, 0, 0), ks, tensor=kk.name), Access(vv.addr, (vs, 0, 0), vs, tensor=vv.name)]
+            for ref, row, wr in ((q, dk, False), (do, dv, False), (o, dv, False), (dq, dk, False), (dq, dk, True)):
+                st = (sq * row * e * group, sq * row * e, 0)
+                acc.append(Access(ref.addr, st + (chunk * row * e,), chunk * row * e, is_write=wr, tensor=ref.name))
+                if rem:
+                    tail.append(Access(ref.addr + full * chunk * row * e, st, rem * row * e, is_write=wr, after=True,
+                                       tensor=ref.name))
+            acc.append(Access(lse.addr, (sq * 4 * group, sq * 4, 0), sq * 4, tensor=lse.name))
+            tail.append(Access(dkb.addr, (ks, 0, 0), ks, is_write=True, after=True, tensor=dkb.name))
+            tail.append(Access(dvb.addr, (vs, 0, 0), vs, is_write=True, after=True, tensor=dvb.name))
+        shallow = [a for a in acc if a.depth <= 3]
+        deep = [a for a in acc if a.depth == 4] if full else []
+        return LoopNest(counts + ((full,) if full else ()), tuple(shallow + deep + tail), kernel.name)
+
+    # block 0 from the device's own K, V; the other blocks from the receive buffer
+    nests = [nest(k, v, 1), nest(kbuf, vbuf, blocks - 1)]
+    note = (f"ring attention, {kernel.batch} heads of {sq} local queries against {blocks} blocks of {sb} keys in "
+            f"chunks of {chunk}; K, V shared by {group} heads")
+    vec = kernel.batch * blocks * -(-(sq if backward else sb) // chunk) * 6 if fam == "vector" else 0
+    return Lowered(nests, vec, note)
 
 
 # ---- elementwise, softmax, reductions, updates --------------------------------------------------

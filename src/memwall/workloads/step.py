@@ -39,7 +39,7 @@ from ..errors import InputError
 from ..networks import Network
 from . import accumulation, checkpoint, fusion, update_fusion
 from .builders.chain import declare_chain
-from .builders.transformer import declare_transformer
+from .builders.transformer import NO_SPLIT, SeqSplit, declare_transformer
 from .config import TrainingConfig
 from .graph import PARAMETER_CLASSES, Graph
 from .kernel import Kernel, Ledger
@@ -142,7 +142,8 @@ def _batch(config: TrainingConfig) -> tuple[int, int]:
     return (1, config.batch) if per_example else (config.batch, 1)
 
 
-def declare(network: Network, config: TrainingConfig, *, embed: bool = True, head: bool = True) -> Graph:
+def declare(network: Network, config: TrainingConfig, *, embed: bool = True, head: bool = True,
+            split: SeqSplit = NO_SPLIT) -> Graph:
     """The declared step, checkpointing applied: kernels over named tensors, no addresses.
 
     ``embed`` / ``head`` false: a pipeline stage without the embedding / the head
@@ -152,7 +153,8 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
-                            weights=config.weights, kv_dtype=config.kv_dtype, embed=embed, head=head)
+                            weights=config.weights, kv_dtype=config.kv_dtype, embed=embed, head=head,
+                            split=split)
     else:
         if config.serving:
             raise InputError(f"{network.id} is not a sequence model: it has no KV cache to {config.phase}",
@@ -183,15 +185,16 @@ def _collapse(network: Network, kernels: list[Kernel]) -> list[Kernel]:
 
 
 def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool = False, embed: bool = True,
-               head: bool = True) -> Step:
-    """The step of ``config`` on ``network`` (kernels, FLOPs, capacity ledger); ``embed`` and
-    ``head`` as :func:`declare`'s."""
+               head: bool = True, split: SeqSplit = NO_SPLIT) -> Step:
+    """The step of ``config`` on ``network`` (kernels, FLOPs, capacity ledger); ``embed``,
+    ``head`` and ``split`` (a context-parallel device's S / cp tokens) as :func:`declare`'s."""
     _, iterations = _batch(config)
-    kernels, layout = derive(declare(network, config, embed=embed, head=head))
+    kernels, layout = derive(declare(network, config, embed=embed, head=head, split=split))
     if network.is_sequence and not expand_repeats:
         kernels = _collapse(network, kernels)
+    tokens = config.batch * (_seq(network, config) // split.cp) if network.is_sequence else 0
     return Step(network, config, kernels, layout.ledger, iterations, config.batch, network.connections,
-                _total_flops(kernels, iterations), config.batch * _seq(network, config) if network.is_sequence else 0)
+                _total_flops(kernels, iterations), tokens)
 
 
 def gemm_step(m: int, n: int, k: int, dtype: str = "fp32") -> Step:

@@ -11,6 +11,14 @@ Owns: :func:`attention` and :func:`attention_bwd`, for one block.
   implementations do). Its QK^T, softmax and dropout have role ``attention-core``, what
   selective recomputation reruns; a fused (flash) kernel saves only the softmax
   statistics and recomputes the scores in its backward.
+* Context parallelism (``cp`` > 1, :mod:`memwall.workloads.parallel`): the block holds S / cp
+  tokens. Ring: the core is one fused kernel over the local queries and the S keys, in cp
+  blocks (``params['blocks']``): the device's own K, V, then cp - 1 blocks from a receive
+  buffer of two blocks (one arriving while the other is computed on); backward, the K, V
+  blocks and the partial dK, dV travel through a buffer of two of each; the local dK, dV
+  arrive home by the ring. Ulysses: the core runs on S tokens and heads / cp; Q, K, V,
+  the context and their gradients in that layout are tensors of the same bytes, filled by
+  the all-to-alls (no kernel writes them).
 * Serving. Prefill (the prompt) and decode write each token's keys and values into the
   layer's KV cache (class ``kv_cache``, live the whole step), a store kernel as serving
   engines run one (vLLM's ``reshape_and_cache``), which also narrows them to the cache's
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 
 from ...networks import Network
 from ...vocabulary import DTYPE_BITS
-from ..graph import Op, Param
+from ..graph import Graph, Op, Param
 from ..ops import SOFTMAX_BWD, SOFTMAX_FWD, flops_of, plus, scale
 from .layers import Rows, linear, linear_bwd, norm, norm_bwd
 
@@ -48,6 +56,36 @@ class Attn:
     phase: str = "train"
     context: int = 0  # decode: tokens cached before this step; prefill: the prompt
     kv_dtype: str | None = None
+    cp: int = 1  # context-parallel devices: seq is this device's S / cp tokens
+    cp_kind: str = "ring"
+
+    @property
+    def ring(self) -> bool:
+        return self.cp > 1 and self.cp_kind == "ring"
+
+    @property
+    def ulysses(self) -> bool:
+        return self.cp > 1 and self.cp_kind == "ulysses"
+
+    @property
+    def core_heads(self) -> int:
+        """Query heads the core runs (Ulysses: heads / cp)."""
+        return self.net.heads // self.cp if self.ulysses else self.net.heads
+
+    @property
+    def core_kv_group(self) -> int:
+        """Query heads that share one K, V head in the core (MLA: none share)."""
+        return self.net.heads // self.net.kv_heads
+
+    @property
+    def q_len(self) -> int:
+        """Queries a sequence the core runs: the local tokens, or all S for Ulysses."""
+        return self.seq * self.cp if self.ulysses else self.seq
+
+    @property
+    def k_len(self) -> int:
+        """Keys each query meets: all S of the sequence."""
+        return self.seq * self.cp
 
     @property
     def kv_bits(self) -> int:
@@ -67,25 +105,51 @@ class Attn:
 
     @property
     def scores(self) -> int:
-        return self.batch * self.net.heads * self.seq * self.seq
+        return self.batch * self.core_heads * self.q_len * self.k_len
 
     def core_params(self, backward: bool = False) -> dict:
         net = self.net
-        p = {"heads": net.heads, "kv_group": net.heads // net.kv_heads, "seq": self.seq, "dk": net.qk_dim(),
+        p = {"heads": self.core_heads, "kv_group": self.core_kv_group, "seq": self.q_len, "dk": net.qk_dim(),
              "dv": net.v_dim(), "causal": net.causal}
+        if self.cp > 1:  # the keys (all S), and ring attention's blocks of them
+            p.update(keys=self.k_len, **({"blocks": self.cp} if self.ring else {}))
         return {**p, "backward": True} if backward else p
 
 
+def _like(g: Graph, name: str, t: str) -> str:
+    """A new tensor of ``t``'s bytes: the same values in another layout, filled by a collective."""
+    return g.tensor(name, g.tensors[t].bytes, 1)
+
+
+def _ring_buffer(at: Attn, name: str, k: str, v: str, grads: bool = False) -> tuple[str, ...]:
+    """Views of ring attention's receive buffer: two blocks of K, V (and of dK, dV): one is
+    computed on while the next arrives."""
+    g = at.r.g
+    kb, vb = g.tensors[k].bytes, g.tensors[v].bytes
+    buf = g.tensor(name, 2 * (kb + vb) * (2 if grads else 1), 1)
+    out = (g.view(buf, f"{name}.k", 0, kb), g.view(buf, f"{name}.v", kb, vb))
+    if grads:
+        out += (g.view(buf, f"{name}.dk", 2 * (kb + vb), kb), g.view(buf, f"{name}.dv", 2 * (kb + vb) + kb, vb))
+    return out
+
+
 def _core(at: Attn, phase: str, q: str, k: str, v: str) -> tuple[str, dict[str, str]]:
-    g, net, s, bh = at.r.g, at.net, at.seq, at.batch * at.net.heads
+    g, net, s, bh = at.r.g, at.net, at.q_len, at.batch * at.core_heads
     dk, dv = net.qk_dim(), net.v_dim()
     ctx = g.tensor("attn.ctx", at.r.n * net.heads * dv)
+    out, heads = ctx, {}
+    if at.ulysses:  # Q, K, V and the context in the head-split layout the all-to-alls fill
+        q, k, v = (_like(g, f"attn.{n}.heads", t) for n, t in (("q", q), ("k", k), ("v", v)))
+        out = _like(g, "attn.ctx.heads", ctx)
+        heads = {"q.heads": q, "k.heads": k, "v.heads": v, "ctx.heads": out}
     if net.attention == "flash":
         lse = g.tensor("attn.lse", bh * s, 4)
         ops = plus({"fma": at.scores * (dk + dv)}, scale(SOFTMAX_FWD, at.scores))
-        g.add(Op("attn.flash", phase, "attention", g.dtype, flops_of(ops), ops, (q, k, v), (ctx, lse), (s, s, dk),
-                 batch=bh, params=at.core_params(), role="attention"))
-        return ctx, {"lse": lse}
+        reads = (q, k, v) + (_ring_buffer(at, "attn.ring", k, v) if at.ring else ())
+        g.add(Op("attn.flash", phase, "attention", g.dtype, flops_of(ops), ops, reads, (out, lse),
+                 (s, at.k_len, dk), batch=bh, params=at.core_params(), role="attention"))
+        return ctx, {"lse": lse, **heads}
+    # materialised scores (cp > 1 only with Ulysses: q_len = k_len); the product writes ``out``
     sc = g.tensor("attn.scores", at.scores)
     g.gemm("attn.qk", phase, q, k, sc, s, s, dk, trans=(False, True), batch=bh, role="attention-core")
     p = g.tensor("attn.probs", at.scores)
@@ -96,19 +160,27 @@ def _core(at: Attn, phase: str, q: str, k: str, v: str) -> tuple[str, dict[str, 
         saved["dropped"] = g.tensor("attn.dropped", at.scores)
         g.ew("attn.dropout", phase, (p,), (saved["mask"], saved["dropped"]), at.scores, {"mul": 1},
              role="attention-core")
-    g.gemm("attn.pv", phase, saved["dropped"], v, ctx, s, dv, s, batch=bh, role="attention")
-    return ctx, saved
+    g.gemm("attn.pv", phase, saved["dropped"], v, out, s, dv, s, batch=bh, role="attention")
+    return ctx, {**saved, **heads}
 
 
 def _core_bwd(at: Attn, q: str, k: str, v: str, ctx: str, dctx: str, saved: dict[str, str], dq: str, dk_: str,
               dv_: str) -> None:
-    g, net, s, bh = at.r.g, at.net, at.seq, at.batch * at.net.heads
+    g, net, s, bh = at.r.g, at.net, at.q_len, at.batch * at.core_heads
     dk, dv = net.qk_dim(), net.v_dim()
+    if at.ulysses:  # the head-split layout: saved from the forward, or filled by the all-to-alls
+        q, k, v, ctx = saved["q.heads"], saved["k.heads"], saved["v.heads"], saved["ctx.heads"]
+        dctx = _like(g, "attn.dctx.heads", dctx)
+        dq, dk_, dv_ = (_like(g, f"attn.d{n}.heads", t) for n, t in (("q", dq), ("k", dk_), ("v", dv_)))
     if net.attention == "flash":
         ops = plus({"fma": at.scores * (3 * dk + 2 * dv)}, scale(plus(SOFTMAX_FWD, SOFTMAX_BWD), at.scores))
-        g.add(Op("attn.flash.bwd", "backward", "attention", g.dtype, flops_of(ops), ops,
-                 (q, k, v, ctx, dctx, saved["lse"]), (dq, dk_, dv_), (s, s, dk), batch=bh,
-                 params=at.core_params(backward=True), role="attention"))
+        reads = (q, k, v, ctx, dctx, saved["lse"])
+        writes = (dq, dk_, dv_)
+        if at.ring:  # K, V blocks in from the ring; the partial dK, dV travel on (home: dk_, dv_)
+            kb, vb, dkb, dvb = _ring_buffer(at, "attn.ring.bwd", k, v, grads=True)
+            reads, writes = reads + (kb, vb), (dq, dkb, dvb)
+        g.add(Op("attn.flash.bwd", "backward", "attention", g.dtype, flops_of(ops), ops, reads, writes,
+                 (s, at.k_len, dk), batch=bh, params=at.core_params(backward=True), role="attention"))
         return
     dpd = g.tensor("attn.dprobs", at.scores)
     g.gemm("attn.dP", "backward", dctx, v, dpd, s, s, dv, trans=(False, True), batch=bh, role="attention")

@@ -59,11 +59,13 @@ def norm(r: Rows, name: str, phase: str, x: str, gain: Param, width: int, kind: 
 
 
 def norm_bwd(r: Rows, name: str, x: str, dy: str, gain: Param, width: int, kind: str, *, into: str | None = None,
-             reads_into: bool = False, add: bool = False) -> str:
-    """Gradient through a norm, written to ``into`` (added to it when ``add``) or a new tensor."""
+             reads_into: bool = False, add: bool = False, keep: str | None = None) -> str:
+    """Gradient through a norm, written to ``into`` (added to it when ``add``) or a new tensor.
+    ``keep``: the norm's saved output shard, which sequence parallelism's backward re-gathers
+    (read here: the gather reads it on this device, just before)."""
     assert gain.g is not None
     out = into or r.g.tensor(f"{name}.dx", r.n * width)
-    reads = (dy, x, gain.w) + ((out,) if reads_into else ())
+    reads = (dy, x, gain.w) + ((out,) if reads_into else ()) + ((keep,) if keep else ())
     r.g.ew(f"{name}.bwd", "backward", reads, (out, gain.g), r.n * width, plus(NORM_BWD[kind], {"add": 1} if add else {}),
            rows=r.n, broadcast=(gain.w, gain.g), role="norm")
     return out

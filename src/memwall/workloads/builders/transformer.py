@@ -10,6 +10,18 @@ embedding norm and a pooler, which a language-model loss does not train (no upda
 Saved activations of a GPT-style block (materialised attention, dropout, 4h GeLU MLP)
 come out as exactly Korthikanti's 34sbh + 5as^2b bytes in 16-bit.
 
+A device's share of a context- or sequence-parallel step (:class:`SeqSplit`,
+:mod:`memwall.workloads.parallel`) declares S / cp tokens of each sequence; attention's
+core is declared by :mod:`.attention` (ring blocks, or Ulysses' head-split layout). With
+sequence parallelism the norms, residuals and dropouts run on S / (cp tp) tokens; the
+tensors that collectives fill (the gathered input of a column-parallel product, the
+scattered output of a row-parallel one, and their gradients) are declared and written by
+no kernel. The shard a backward re-gathers is read by its norm's backward (the gather
+reads it on this device while the MLP's or attention's backward runs: charged there, it
+lives as long as it does in Megatron-LM). Known limit: under full recomputation the
+recomputed products read the gathered inputs of the first forward, which then live until
+the backward (an overcount of one gathered input a product).
+
 A pipeline stage (``embed`` / ``head`` false, :mod:`memwall.workloads.parallel`) declares
 only its blocks: without the embedding its input is the activation received from the
 stage before (class ``input``), without the head its backward starts from the gradient
@@ -19,7 +31,7 @@ the table for the head, as Megatron-LM does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import InputError
 from ...networks import Network
@@ -28,6 +40,20 @@ from ..ops import SOFTMAX_FWD, plus
 from .attention import Attn, attention, attention_bwd
 from .layers import Rows, ffn, ffn_bwd, linear, linear_bwd, norm, norm_bwd
 from .moe import moe, moe_bwd
+
+
+@dataclass(frozen=True)
+class SeqSplit:
+    """How a device's step splits each sequence: ``cp`` context-parallel devices of ``cp_kind``
+    (ring or ulysses), ``sp`` the tensor-parallel degree the norms and residuals are sharded
+    over (1: not sequence-parallel)."""
+
+    cp: int = 1
+    cp_kind: str = "ring"
+    sp: int = 1
+
+
+NO_SPLIT = SeqSplit()
 
 
 @dataclass
@@ -44,10 +70,31 @@ class _Model:
     context: int = 0  # decode: tokens already cached per sequence; prefill: the prompt
     weights: str | None = None  # block matrices stored in this narrow type (weight-only quantization)
     kv_dtype: str | None = None  # the KV cache's type (None: the compute dtype)
+    split: SeqSplit = NO_SPLIT  # seq is this device's S / cp tokens of a sequence
 
     @property
     def tok(self) -> int:
         return self.batch * self.seq
+
+    @property
+    def sp_tok(self) -> int:
+        """Tokens the norms, residuals and dropouts run on: tok / tp with sequence parallelism."""
+        return self.tok // self.split.sp
+
+
+def _gather(g: Graph, md: _Model, name: str, shard: str) -> str:
+    """The full-token tensor an all-gather of ``shard`` fills (the shard itself without sequence
+    parallelism)."""
+    if md.split.sp == 1:
+        return shard
+    return g.tensor(name, md.tok * md.net.d_model)
+
+
+def _scatter(g: Graph, md: _Model, name: str, full: str) -> str:
+    """The shard a reduce-scatter of ``full`` fills (``full`` itself without sequence parallelism)."""
+    if md.split.sp == 1:
+        return full
+    return g.tensor(name, md.sp_tok * md.net.d_model)
 
 
 def _block_params(g: Graph, md: _Model, kind: str) -> dict[str, Param | None]:
@@ -111,34 +158,43 @@ def _dropout_bwd(r: Rows, net: Network, name: str, dy: str, mask: str | None) ->
 
 def _block(g: Graph, md: _Model, kind: str, x: str, p: dict[str, Param | None]) -> tuple[str, dict]:
     """Forward of one block from its input ``x``: its output and what its backward reads."""
-    net, r = md.net, Rows(g, md.tok)
+    net, r, rs = md.net, Rows(g, md.tok), Rows(g, md.sp_tok)
     h = net.d_model
-    n1 = norm(r, "ln1", "forward", x, p["ln1"], h, net.norm)
-    at = Attn(net, md.batch, md.seq, r, md.phase, md.context, md.kv_dtype)
-    sv = attention(at, n1, p)
+    n1 = norm(rs, "ln1", "forward", x, p["ln1"], h, net.norm)
+    at = Attn(net, md.batch, md.seq, r, md.phase, md.context, md.kv_dtype, md.split.cp, md.split.cp_kind)
+    sv = attention(at, _gather(g, md, "ln1.out.gathered", n1), p)
     o = linear(r, "wo", "forward", sv["ctx"], p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
-    x2 = g.tensor("resid.attn", r.n * h)
-    m1 = _residual(r, net, "attn", o, x, x2)
-    n2 = norm(r, "ln2", "forward", x2, p["ln2"], h, net.norm)
-    y, mlp_sv = _mlp(r, net, kind, n2, p)
-    out = g.tensor("resid.mlp", r.n * h)
-    m2 = _residual(r, net, "mlp", y, x2, out)
+    x2 = g.tensor("resid.attn", rs.n * h)
+    m1 = _residual(rs, net, "attn", _scatter(g, md, "wo.out.scattered", o), x, x2)
+    n2 = norm(rs, "ln2", "forward", x2, p["ln2"], h, net.norm)
+    y, mlp_sv = _mlp(r, net, kind, _gather(g, md, "ln2.out.gathered", n2), p)
+    out = g.tensor("resid.mlp", rs.n * h)
+    m2 = _residual(rs, net, "mlp", _scatter(g, md, "mlp.out.scattered", y), x2, out)
     return out, {**sv, **mlp_sv, "at": at, "x": x, "n1": n1, "x2": x2, "n2": n2, "m1": m1, "m2": m2}
 
 
 def _block_bwd(g: Graph, md: _Model, kind: str, sv: dict, p: dict[str, Param | None], dout: str) -> str:
     """Backward of one block from its output's gradient: the gradient of its input."""
-    net, r = md.net, Rows(g, md.tok)
+    net, r, rs = md.net, Rows(g, md.tok), Rows(g, md.sp_tok)
     h = net.d_model
+    sp = md.split.sp > 1
     # MLP half: the residual passes dout straight to x2's gradient
-    dy = _dropout_bwd(r, net, "mlp", dout, sv["m2"])
-    dn2 = moe_bwd(r, net, sv, p, sv["n2"], dy) if kind != "dense" else ffn_bwd(sv["mlp"], dy, h)
-    dx2 = norm_bwd(r, "ln2", sv["x2"], dn2, p["ln2"], h, net.norm, into=dout, reads_into=True, add=True)
+    dy = _gather(g, md, "mlp.out.d.gathered", _dropout_bwd(rs, net, "mlp", dout, sv["m2"]))
+    n2 = _gather(g, md, "ln2.out.regathered", sv["n2"])  # the saved shard, gathered again
+    if kind != "dense":
+        dn2 = moe_bwd(r, net, sv, p, n2, dy)
+    else:
+        dn2 = ffn_bwd(replace(sv["mlp"], x=n2), dy, h)
+    dn2 = _scatter(g, md, "ln2.out.d.scattered", dn2)
+    dx2 = norm_bwd(rs, "ln2", sv["x2"], dn2, p["ln2"], h, net.norm, into=dout, reads_into=True, add=True,
+                   keep=sv["n2"] if sp else None)
     # attention half
-    do = _dropout_bwd(r, net, "attn", dx2, sv["m1"])
+    do = _gather(g, md, "attn.out.d.gathered", _dropout_bwd(rs, net, "attn", dx2, sv["m1"]))
     dctx = linear_bwd(r, "wo", sv["ctx"], do, p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
-    dn1 = attention_bwd(sv["at"], sv, p, sv["n1"], dctx)
-    return norm_bwd(r, "ln1", sv["x"], dn1, p["ln1"], h, net.norm, into=dx2, reads_into=True, add=True)
+    dn1 = attention_bwd(sv["at"], sv, p, _gather(g, md, "ln1.out.regathered", sv["n1"]), dctx)
+    dn1 = _scatter(g, md, "ln1.out.d.scattered", dn1)
+    return norm_bwd(rs, "ln1", sv["x"], dn1, p["ln1"], h, net.norm, into=dx2, reads_into=True, add=True,
+                    keep=sv["n1"] if sp else None)
 
 
 def _embed(g: Graph, md: _Model, emb: Param, pos: Param | None, types: Param | None, enorm: Param | None) -> str:
@@ -215,8 +271,10 @@ def _params(g: Graph, md: _Model, embed: bool = True,
 def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
     """Final norm, the vocabulary product and the pooler: the final norm's output."""
     net, r, h = md.net, Rows(g, md.tok), md.net.d_model
+    rs = Rows(g, md.sp_tok)
     assert o.head is not None
-    nf = norm(r, "final.norm", "forward", xl, o.fnorm, h, net.norm) if o.fnorm else xl
+    nf_s = norm(rs, "final.norm", "forward", xl, o.fnorm, h, net.norm) if o.fnorm else xl
+    nf = _gather(g, md, "final.norm.out.gathered", nf_s)
     logits = g.tensor("logits", md.tok * net.vocab)
     g.gemm("head.fwd", "forward", nf, o.head.w, logits, md.tok, net.vocab, h, trans=(False, True), role="linear")
     if o.pooler is not None:  # BERT's pooler reads the first token of each sequence
@@ -231,32 +289,39 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
             md.targets = g.tensor("targets", md.tok, 4, cls="input", whole_step=True)
         g.ew("loss.softmax+grad", "backward", (logits, md.targets), (logits,), md.tok * net.vocab,
              plus(SOFTMAX_FWD, {"add": 1}), rows=md.tok, op="softmax", role="loss")
-        dnf = linear_bwd(r, "head", nf, logits, o.head, None, h, net.vocab)
-        return norm_bwd(r, "final.norm", xl, dnf, o.fnorm, h, net.norm) if o.fnorm else dnf
+        dnf = _scatter(g, md, "final.norm.out.d.scattered", linear_bwd(r, "head", nf, logits, o.head, None, h,
+                                                                       net.vocab))
+        return norm_bwd(rs, "final.norm", xl, dnf, o.fnorm, h, net.norm) if o.fnorm else dnf
     return nf
 
 
 def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str,
                         phase: str = "train", context: int = 0, weights: str | None = None,
-                        kv_dtype: str | None = None, embed: bool = True, head: bool = True) -> None:
+                        kv_dtype: str | None = None, embed: bool = True, head: bool = True,
+                        split: SeqSplit = NO_SPLIT) -> None:
     """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``.
 
     ``phase`` decode: ``seq`` is 1, the new token, against ``context`` cached tokens;
     prefill: ``seq`` = ``context``, the prompt, whose keys and values fill the cache.
     ``embed`` / ``head`` false: a pipeline stage without the embedding / the head.
+    ``split``: this device holds ``seq`` / cp tokens of each sequence (:class:`SeqSplit`).
     """
     reach = context + 1 if phase == "decode" else seq
     if reach > (net.max_positions or reach):
         what = "context + 1" if phase == "decode" else ("context" if phase == "prefill" else "seq_len")
         raise InputError(f"{what} {reach} exceeds the {net.max_positions} learned positions",
                          field="context" if phase in ("decode", "prefill") else "seq_len")
-    md = _Model(net, batch, seq, training, optimizer, phase=phase, context=context, weights=weights, kv_dtype=kv_dtype)
+    md = _Model(net, batch, seq // split.cp, training, optimizer, phase=phase, context=context, weights=weights,
+                kv_dtype=kv_dtype, split=split)
+    if phase == "prefill" and split.cp > 1:  # the prompt this device holds, and caches
+        md.context = md.seq
     o, blocks = _params(g, md, embed, head)
     if embed:
         assert o is not None
-        x0 = x = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
+        x0 = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
+        x = _scatter(g, md, "embed.out.scattered", x0)
     else:  # the activation the stage before sends
-        x0 = x = g.tensor("stage.in", md.tok * net.d_model, cls="input", whole_step=True)
+        x0 = x = g.tensor("stage.in", md.sp_tok * net.d_model, cls="input", whole_step=True)
     saved = []
     for i, (kind, p) in enumerate(blocks):
         with g.at(i, kind, i):
@@ -267,7 +332,7 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
         assert o is not None
         dx = _head(g, md, o, x)
     elif training:  # the gradient the stage after sends back
-        dx = g.tensor("stage.dout", md.tok * net.d_model, cls="input", whole_step=True)
+        dx = g.tensor("stage.dout", md.sp_tok * net.d_model, cls="input", whole_step=True)
     if not training:
         return
     for i in reversed(range(len(blocks))):
@@ -276,5 +341,5 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
             dx = _block_bwd(g, md, kind, saved[i], p, dx)
     if embed:
         assert o is not None
-        _embed_bwd(g, md, x0, dx, o.emb, o.pos, o.enorm)
+        _embed_bwd(g, md, x0, _gather(g, md, "embed.out.d.gathered", dx), o.emb, o.pos, o.enorm)
     g.updates(optimizer)
