@@ -31,10 +31,12 @@ from .errors import InputError
 from .schema import Field
 from .vocabulary import (
     ATTENTIONS,
+    BLOCK_FORMATS,
     CHECKPOINT_SYNTAX,
     DISPATCH_MODES,
     DTYPES,
     FUSIONS,
+    GRADIENT_DTYPES,
     KV_DTYPES,
     MAX_WEIGHT_GROUP,
     OPTIMIZERS,
@@ -174,8 +176,9 @@ OPTIONS: tuple[Option, ...] = (
             "KV cache of 'context' tokens) or prefill (a prompt of 'context' tokens that fills the cache)", STEP,
             default="train", choices=PHASES),
     _option("optimizer", str, "the optimizer's update", STEP, default="sgd", choices=OPTIMIZERS, phases=TRAIN_ONLY),
-    _option("dtype", str, f"the arithmetic type: training {', '.join(TRAINING_DTYPES)}; inference also fp8, "
-            "int8; a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
+    _option("dtype", str, f"the arithmetic type: training {', '.join(TRAINING_DTYPES)} (fp8 and the "
+            "block-scaled formats as Transformer Engine trains: the products narrow, the rest bf16); inference "
+            "also int8; a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
             default_doc="the network's own; fp32 for a GEMM"),
     _option("seq_len", int, "tokens per sequence, for sequence models", STEP, minimum=1, phases=NOT_SERVING,
             default_doc="the preset's", metavar="N"),
@@ -186,12 +189,12 @@ OPTIONS: tuple[Option, ...] = (
             default=1, minimum=1, phases=TRAIN_ONLY, metavar="K"),
     _option("fusion", str, "kernel fusion: none, epilogue (bias and activation in the product), full (also "
             "dropout + residual + norm, and a multi-tensor optimizer)", STEP, default="none", choices=FUSIONS),
-    _option("grad_dtype", str, "the gradients' type", STEP, choices=TRAINING_DTYPES, phases=TRAIN_ONLY,
+    _option("grad_dtype", str, "the gradients' type", STEP, choices=GRADIENT_DTYPES, phases=TRAIN_ONLY,
             default_doc="fp32 main gradients when a 16-bit step accumulates, else the step's dtype"),
     _option("context", int, "decode, prefill: tokens in each sequence's KV cache (decode) or the prompt (prefill)",
             STEP, minimum=0, phases=SERVING_PHASES, metavar="S"),
     _option("weights", str, "weight-only quantization: the block matrices stored narrow, dequantized in the "
-            "product", STEP, choices=WEIGHT_DTYPES, phases=INFERENCE),
+            f"product ({', '.join(BLOCK_FORMATS)} with their block scales)", STEP, choices=WEIGHT_DTYPES, phases=INFERENCE),
     _option("kv_dtype", str, "the KV cache's type", STEP, choices=KV_DTYPES, phases=SERVING_PHASES,
             default_doc="dtype"),
     _option("weight_group", int, "int4 weights: weights that share one fp16 scale (GPTQ and AWQ use 32-128)", STEP,

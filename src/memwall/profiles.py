@@ -49,7 +49,8 @@ FORMAT_CHANGES = {1: "first format"}
 TIMING_MODELS = ("in_order", "vector", "overlapped", "throughput")
 SCHEDULE_FAMILIES = ("scalar", "vector", "blocked", "tiled")
 KINDS = ("vector", "scalar", "superscalar", "gpu", "tpu", "wafer", "array")
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+# fp6 and fp4: the element rates of the block-scaled formats (memwall.vocabulary.BLOCK_FORMATS)
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
 ISSUE_OPS = ("fadd", "fmul", "fdiv", "exp", "load", "store", "loop")
 
 # Which timing models suit which kind of machine. An out-of-order superscalar may be

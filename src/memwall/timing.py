@@ -50,6 +50,15 @@ DTYPE_FALLBACK = {
     "fp64": ("fp64", "fp32"),
     # a machine with no 8-bit integer unit runs int8 products at its 16-bit rate
     "int8": ("int8", "fp16", "bf16", "fp32"),
+    # fp6 and fp4 products: Blackwell runs fp6 at its fp8 rate; a machine without either
+    # runs them at the next wider type's
+    "fp6": ("fp6", "fp8", "bf16", "fp16", "fp32"),
+    "fp4": ("fp4", "fp6", "fp8", "bf16", "fp16", "fp32"),
+    # the block-scaled formats run at their elements' rate (memwall.vocabulary.BLOCK_FORMATS)
+    "mxfp8": ("fp8", "bf16", "fp16", "fp32"),
+    "mxfp6": ("fp6", "fp8", "bf16", "fp16", "fp32"),
+    "mxfp4": ("fp4", "fp6", "fp8", "bf16", "fp16", "fp32"),
+    "nvfp4": ("fp4", "fp6", "fp8", "bf16", "fp16", "fp32"),
 }
 
 

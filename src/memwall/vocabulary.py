@@ -19,8 +19,46 @@ PHASES: tuple[str, ...] = ("train", "forward", "decode", "prefill")
 SERVING_PHASES: tuple[str, ...] = ("decode", "prefill")
 UPDATES: tuple[str, ...] = ("per-example", "minibatch")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
-# Dtypes a network trains in; 16-bit types train with fp32 master weights.
-TRAINING_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+# Dtypes a network trains in; 16-bit types train with fp32 master weights. fp8 and the
+# block-scaled formats train as Transformer Engine runs them (memwall.workloads.graph):
+# the products in the narrow type, everything else in bf16 with fp32 main weights.
+GRADIENT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """A block-scaled format (OCP Microscaling, NVIDIA NVFP4): ``bits`` an element, one
+    scale of ``scale_bits`` a block of ``block`` consecutive elements along the reduction,
+    ``tensor_bytes`` more a tensor (NVFP4's fp32 second-level scale); its products run at
+    the ``[compute]`` rate of ``rate``."""
+
+    bits: int
+    block: int
+    scale_bits: int
+    tensor_bytes: int
+    rate: str
+
+    def scale_bytes(self, elements: int) -> int:
+        """Bytes of the scales of a tensor of ``elements``: every block's, and the tensor's own."""
+        return -(-elements // self.block) * self.scale_bits // 8 + self.tensor_bytes
+
+    def bytes_per_element(self) -> float:
+        """Bytes an element takes with its share of the block scales (the tensor's own left out)."""
+        return self.bits / 8 + self.scale_bits / 8 / self.block
+
+
+# OCP MX v1.0: E8M0 scale a block of 32 (MXFP8 E4M3, MXFP6 E2M3, MXFP4 E2M1); NVFP4: E2M1
+# elements, an E4M3 scale a block of 16 and an fp32 scale a tensor.
+BLOCK_FORMATS: dict[str, BlockFormat] = {
+    "mxfp8": BlockFormat(8, 32, 8, 0, "fp8"),
+    "mxfp6": BlockFormat(6, 32, 8, 0, "fp6"),
+    "mxfp4": BlockFormat(4, 32, 8, 0, "fp4"),
+    "nvfp4": BlockFormat(4, 16, 8, 4, "fp4"),
+}
+# Training types whose products run narrow (cast from bf16 before each product, Transformer
+# Engine's recipes: fp8 delayed per-tensor scaling, MXFP8 and NVFP4 block scaling).
+NARROW_TRAINING: tuple[str, ...] = ("fp8", *BLOCK_FORMATS)
+TRAINING_DTYPES: tuple[str, ...] = (*GRADIENT_DTYPES, *NARROW_TRAINING)
 # How kernels reach the device (docs/timing.md, "Dispatch"): a framework issuing kernel by
 # kernel, a captured graph replayed, or one compiled program per step.
 DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
@@ -34,13 +72,22 @@ ATTENTIONS: tuple[str, ...] = ("materialized", "flash")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 # Every arithmetic type a case may name (a single GEMM any of them; a network's step checks
 # its phase's own set: TRAINING_DTYPES, INFERENCE_DTYPES).
-DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
-# Storage widths in bits, for the types narrower than a byte (int4 packs two a byte).
-DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int4": 4}
+DTYPES: tuple[str, ...] = (*DTYPE_BYTES, *BLOCK_FORMATS)
+# Storage widths in bits, for the types narrower than a byte (int4 packs two a byte); a
+# block-scaled format's elements (its scales are tensors of their own).
+DTYPE_BITS: dict[str, int] = {**{k: 8 * v for k, v in DTYPE_BYTES.items()}, "int4": 4,
+                              **{k: f.bits for k, f in BLOCK_FORMATS.items()}}
 # Compute dtypes of inference (forward, decode, prefill): the training ones and 8-bit.
-INFERENCE_DTYPES: tuple[str, ...] = (*TRAINING_DTYPES, "fp8", "int8")
+INFERENCE_DTYPES: tuple[str, ...] = (*GRADIENT_DTYPES, "fp8", "int8", *BLOCK_FORMATS)
 # Weight-only quantization (weights stored narrow, dequantized in the product) and KV cache types.
-WEIGHT_DTYPES: tuple[str, ...] = ("int8", "int4", "fp8")
+WEIGHT_DTYPES: tuple[str, ...] = ("int8", "int4", "fp8", *BLOCK_FORMATS)
+
+
+def rate_key(dtype: str) -> str:
+    """The ``[compute]`` key whose rate runs a product in ``dtype`` (a block-scaled format's
+    element type; any other dtype its own)."""
+    f = BLOCK_FORMATS.get(dtype)
+    return f.rate if f is not None else dtype
 # Weight types stored with a scale a group of weights along the input dimension, as GPTQ
 # and AWQ int4 checkpoints are: (weights a group, bytes a scale: fp16). Symmetric: no zero
 # point is stored. int8 (a scale a channel) and fp8 (a scale a tensor) add no bytes worth

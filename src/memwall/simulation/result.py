@@ -23,6 +23,8 @@ from ..profiles import Machine
 from ..seed import MICRO_PHASES, seed_model
 from ..text import non_finite
 from ..timing import MEMORY, StepTiming, arithmetic_rate, word_widening
+from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS
+from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, activation_traffic, d_min
 from .columns import Column
 from .sensitivity import Retime, binding, sensitivity
@@ -45,6 +47,7 @@ class Identity:
     updates: str
     phase: str  # the step's: a single GEMM is a forward product whatever the case says
     dtype: str | None
+    parameters: int | None = None  # the network's trained values, as `memwall step --json` counts them
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,21 @@ SERVING_COLUMNS: tuple[Column, ...] = (
 SERVING_EVERY_ROW = frozenset(c.name for c in SERVING_COLUMNS) - {"tokens_per_second_per_device"}
 
 
+def weight_bytes_per_parameter(cfg: TrainingConfig) -> float:
+    """Bytes a parameter of the block matrices takes as stored, its scales included: a
+    block format's element and its share of the block's scale (NVFP4's 4-byte tensor scale
+    left out: 4 B a tensor), int4's with its group's scale and zero point, else the stored
+    type's bytes."""
+    stored = cfg.stored_weights
+    if stored in BLOCK_FORMATS:
+        return BLOCK_FORMATS[stored].bytes_per_element()
+    groups = cfg.group_format
+    if groups is not None:
+        group, bits_a_group = groups
+        return (DTYPE_BITS[stored or "int4"] + bits_a_group / group) / 8
+    return DTYPE_BITS[stored or cfg.storage_dtype] / 8
+
+
 def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int = 1, replicas: int = 1) -> dict:
     """Decode and prefill: tokens per second (all sequences of all ``replicas``), per device,
     seconds per output token, time to first token, and the largest batch at this context
@@ -370,6 +388,7 @@ def serving_figures(step: Step, seconds: float, capacity: int, *, devices: int =
         # int4's groups: weights a scale covers and the zero points' type (None for other weights)
         "weight_group": cfg.group_format[0] if cfg.group_format else None,
         "weight_zero": (cfg.weight_zero or "none") if cfg.group_format else None,
+        "weight_bytes_per_parameter": weight_bytes_per_parameter(cfg),
         "tokens_per_second": rate,
         "kv_cache_bytes_per_sequence": per_seq,
         "max_batch_that_fits": fit,
@@ -421,7 +440,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
     elasticities = sensitivity(machine, seconds_of, mode, links=case.parallel.devices > 1) if timing.seconds > 0 else {}
     binds = binding(elasticities, timing.memory_ratio, fallback=timing.bound_class)
     seconds = timing.seconds
-    dtype = step.kernels[0].dtype if step.kernels else case.dtype
+    # the step's dtype as asked: fp8 training runs its products in fp8, the rest in bf16
+    dtype = step.config.dtype if step.kernels else case.dtype
     ledger = step.ledger.as_dict()
     fits = ledger["peak"] <= machine.memory.capacity
     warnings = _warnings(machine, step, ledger["peak"], fits)
@@ -434,7 +454,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         identity=Identity(machine=machine.id, machine_name=machine.name, year=machine.year, kind=machine.kind,
                           balance=machine.balance(), network=case.network,
                           gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
-                          checkpoint=case.checkpoint, updates=case.updates, phase=timing.phase, dtype=dtype),
+                          checkpoint=case.checkpoint, updates=case.updates, phase=timing.phase, dtype=dtype,
+                          parameters=step.network.parameters if case.network is not None else None),
         time=Time(seconds=seconds, stall_fraction=sum(timing.stall.values()) / seconds if seconds > 0 else 0.0,
                   bound=binds.bound, bound_class=binds.bound_class, memory_ratio=timing.memory_ratio,
                   verdict=verdict(timing, binds, elasticities), sensitivity=elasticities,

@@ -26,6 +26,7 @@ from ..timing import (
     vector_streams,
     word_widening,
 )
+from ..vocabulary import rate_key
 from ..workloads.step import Step
 from .plan import ReplayPlan, plan_replay
 from .replay import _demand, _demand_by_kind, replay_step
@@ -113,11 +114,13 @@ def dtype_fallback(machine: Machine, step: Step, *, asked: bool, allow: bool) ->
     """None if the machine runs the step's products in their own dtype; else what runs
     instead, with the warning to show. A dtype the user ``asked`` for is refused unless
     ``allow``: a machine without bf16 does not silently become an fp32 run."""
-    dtype = step.kernels[0].dtype if step.kernels else None
-    if dtype is None or machine.peak_flops.get(dtype):
+    # a step whose products run narrow (fp8 training, the block formats) is judged by them
+    dtype = step.config.product_dtype or (step.kernels[0].dtype if step.kernels else None)
+    if dtype is None or machine.peak_flops.get(rate_key(dtype)):
         return None
     used = rate_dtype(machine, dtype)
-    said = (f"{machine.id} has no {dtype} arithmetic (it states {', '.join(sorted(machine.peak_flops))})")
+    needs = dtype if rate_key(dtype) == dtype else f"{rate_key(dtype)} (for {dtype})"
+    said = (f"{machine.id} has no {needs} arithmetic (it states {', '.join(sorted(machine.peak_flops))})")
     if asked and not allow:
         raise InputError(f"{said}; choose one of those, or pass --allow-fallback to run the products at "
                          f"its {used} rate", field="--dtype")

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..vocabulary import (
+    BLOCK_FORMATS,
     DTYPE_BYTES,
     FUSIONS,
+    GRADIENT_DTYPES,
     INFERENCE_DTYPES,
     KV_DTYPES,
     MAX_WEIGHT_GROUP,
+    NARROW_TRAINING,
     OPTIMIZERS,
     PHASES,
     SERVING_PHASES,
@@ -95,7 +98,7 @@ class TrainingConfig:
             raise InputError("per-example updates change the weights after every example: nothing to accumulate",
                              field="accumulate")
         if self.grad_dtype is not None:
-            check_word(self.grad_dtype, DTYPES, "grad_dtype")
+            check_word(self.grad_dtype, GRADIENT_DTYPES, "grad_dtype")
             if self.dtype == "fp32" and self.grad_dtype != "fp32":
                 raise InputError("fp32 training keeps fp32 gradients", field="grad_dtype")
         check_word(self.fusion, FUSIONS, "fusion")
@@ -145,6 +148,10 @@ class TrainingConfig:
                 check_word(value, allowed, name)
                 if self.phase == "train":
                     raise InputError(f"{name} applies to inference phases, not train", field=name)
+        if self.dtype in BLOCK_FORMATS and self.weights not in (None, self.dtype) and not self.training:
+            raise InputError(f"{self.dtype} products read {self.dtype} weights: --weights {self.weights} would be "
+                             "dequantized to a type narrower than itself (give --weights with a 16-bit --dtype)",
+                             field="weights")
         if self.kv_dtype is not None and not serving:
             raise InputError("kv_dtype applies to decode and prefill (the phases with a KV cache)", field="kv_dtype")
         self._check_groups()
@@ -174,8 +181,33 @@ class TrainingConfig:
         return self.phase in SERVING_PHASES
 
     @property
+    def product_dtype(self) -> str | None:
+        """The narrow type the products run in, the rest of the step in :attr:`storage_dtype`:
+        fp8 and the block formats in training (Transformer Engine's recipes), the block
+        formats in inference; None where the whole step runs in ``dtype``."""
+        if self.single_product:
+            return None
+        if (self.training and self.dtype in NARROW_TRAINING) or self.dtype in BLOCK_FORMATS:
+            return self.dtype
+        return None
+
+    @property
+    def storage_dtype(self) -> str:
+        """The type activations, gradients and the non-product kernels run in: bf16 when the
+        products run narrow (:attr:`product_dtype`), else ``dtype``."""
+        return "bf16" if self.product_dtype is not None else self.dtype
+
+    @property
+    def stored_weights(self) -> str | None:
+        """The type the block matrices are stored in when not the step's own: ``weights``, or
+        in inference a block format's own (its products read the weights in it)."""
+        if self.weights is not None:
+            return self.weights
+        return self.dtype if self.dtype in BLOCK_FORMATS and not self.training else None
+
+    @property
     def elem_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return DTYPE_BYTES[self.storage_dtype]
 
     @property
     def training(self) -> bool:
@@ -186,14 +218,14 @@ class TrainingConfig:
         """The gradients' type: as given, else fp32 main gradients when mixed precision accumulates."""
         if self.grad_dtype is not None:
             return self.grad_dtype
-        return "fp32" if self.accumulate > 1 else self.dtype
+        return "fp32" if self.accumulate > 1 else self.storage_dtype
 
     @property
     def accumulates(self) -> bool:
         """Whether the gradient kernels add into the gradients (read-modify-write) instead of writing them:
         with K > 1, and with fp32 main gradients under mixed precision (they are zeroed once per
         optimizer step and every micro-batch adds into them)."""
-        return self.training and (self.accumulate > 1 or self.gradient_dtype != self.dtype)
+        return self.training and (self.accumulate > 1 or self.gradient_dtype != self.storage_dtype)
 
     def as_dict(self) -> dict:
         return {

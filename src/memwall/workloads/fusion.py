@@ -13,8 +13,8 @@ still written when a later kernel - the backward pass, say - needs it).
   writes are its epilogue's, streamed once over its output
   (:mod:`memwall.workloads.lowering`). Batch normalisation needs whole-batch statistics
   and is not an epilogue.
-* ``full`` also merges chains of elementwise kernels of role ``residual``, ``dropout`` and
-  ``norm`` (and what an epilogue pass left of ``bias`` and ``activation``) in which each
+* ``full`` also merges chains of elementwise kernels of role ``residual``, ``dropout``,
+  ``norm`` and ``cast`` (and what an epilogue pass left of ``bias`` and ``activation``) in which each
   reads what the one before wrote, over the same elements - Megatron-LM's fused
   bias-dropout-add and fused layer norm, as a compiler emits them - and turns the
   optimizer's per-parameter update kernels of each layer into one multi-tensor kernel
@@ -31,7 +31,9 @@ from .graph import Graph, Op
 from .ops import plus
 
 EPILOGUE_ROLES = ("bias", "activation", "epilogue")
-CHAIN_ROLES = ("residual", "dropout", "norm", "bias", "activation", "epilogue")
+# a cast to a narrow product type joins the chain that writes its input (Transformer Engine's
+# LayerNormLinear and fused activations write their fp8 output directly)
+CHAIN_ROLES = ("residual", "dropout", "norm", "bias", "activation", "epilogue", "cast")
 ELEMENTWISE = ("elementwise", "reduction")
 PRODUCTS = ("gemm", "gemv")
 

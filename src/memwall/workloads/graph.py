@@ -23,12 +23,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..vocabulary import DTYPE_BITS, WEIGHT_GROUP_SCALES, group_format
+from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS, WEIGHT_GROUP_SCALES, group_format
 from .config import DTYPE_BYTES, OPTIMIZER_STATES
 from .ops import OPTIMIZER_OPS, flops_of, plus, scale
 
 # what a trained parameter holds; they live the whole step (the batch may too: ``whole_step``)
 PARAMETER_CLASSES = ("weights", "gradients", "optimizer")
+# Transformer Engine's DelayedScaling default: each fp8 tensor's scale comes from the
+# largest of its last 1024 amax values (amax_history_len = 1024, amax_compute_algo "max").
+AMAX_HISTORY = 1024
+# Operations a cast to a narrow type costs an element: its absolute value into the amax
+# (a max), and the scale multiply that rounds it to the narrow type (a mul).
+CAST_OPS = {"max": 1, "mul": 1}
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,15 @@ class Graph:
     """
 
     def __init__(self, dtype: str, grad_dtype: str | None = None,
-                 group_format: tuple[int, int] | None = None) -> None:
+                 group_format: tuple[int, int] | None = None, product: str | None = None) -> None:
         self.dtype = dtype
+        # products of role "linear" inside a block run in this narrow type, their operands cast
+        # to it first (None: every kernel in ``dtype``)
+        self.product = product
+        self.casts: dict[str, int] = {}  # tensor -> position in ops of the kernel that casts it
+        self.narrow: dict[tuple[str, bool], str] = {}  # (tensor, transposed) -> its narrow copy
+        self.cast_roots: dict[str, set[str]] = {}  # owning tensor -> the cast tensors in it
+        self.cast_count = 0  # tensors cast over the step (each has its own scale)
         self.esz = DTYPE_BYTES[dtype]
         self.grad_esz = DTYPE_BYTES[grad_dtype or dtype]  # fp32 main gradients under mixed precision: 4
         self.tensors: dict[str, TensorDecl] = {}
@@ -150,6 +163,9 @@ class Graph:
             group, bits_a_group = self._groups(stored)
             self.scales[w] = self.tensor(f"scales.{name}", -(-values // group), cls="weights", whole_step=True,
                                          bits=bits_a_group)
+        elif stored in BLOCK_FORMATS:  # a scale a block, and the tensor's own scale (NVFP4)
+            self.scales[w] = self.tensor(f"scales.{name}", BLOCK_FORMATS[stored].scale_bytes(values), 1,
+                                         cls="weights", whole_step=True)
         g = None
         state: list[str] = []
         if training:
@@ -182,7 +198,11 @@ class Graph:
                      p.group, False, p.stored)
 
     def _groups(self, stored: str) -> tuple[int, int]:
-        """The step's group format where it gives one, else the type's default."""
+        """The step's group format where it gives one, else the type's default; a block
+        format's block and scale bits."""
+        if stored in BLOCK_FORMATS:
+            f = BLOCK_FORMATS[stored]
+            return f.block, f.scale_bits
         fmt = self.group_format or group_format(stored)
         assert fmt is not None, stored  # asked for the grouped types only
         return fmt
@@ -200,6 +220,11 @@ class Graph:
 
     def add(self, op: Op) -> Op:
         op = replace(op, layer=self.layer, group=self.group, block=self.block)
+        for w in op.writes:  # a tensor written again (a gradient summed in place) needs a new cast
+            for t in self.cast_roots.pop(self.root(w)[0], ()):
+                self.casts.pop(t, None)
+                self.narrow.pop((t, False), None)
+                self.narrow.pop((t, True), None)
         self.ops.append(op)
         return op
 
@@ -214,6 +239,9 @@ class Graph:
         Where the type has group scales (WEIGHT_GROUP_SCALES), the product reads B's
         scales too, once a run (lowered with the epilogue's operands, after the product).
         """
+        if self.product and role == "linear" and self.block >= 0:
+            self._narrow_gemm(name, phase, a, b, c, m, n, k, trans, batch, repeat, stored)
+            return
         fma = batch * m * n * k
         ops: dict[str, int] = {"fma": fma}
         params: dict[str, Any] = {}
@@ -225,6 +253,68 @@ class Graph:
         self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, reads,
                     (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, params=params, role=role))
 
+    def _narrow_gemm(self, name: str, phase: str, a: str, b: str, c: str, m: int, n: int, k: int,
+                     trans: tuple[bool, bool], batch: int, repeat: int, stored: str | None) -> None:
+        """A product in :attr:`product`: its operands' narrow copies (cast once, :meth:`cast`)
+        and their scales read, its output written in its own type (bf16; a gradient's type)."""
+        fmt = self.product
+        assert fmt is not None
+        # Tensor cores take both operands contiguous along K (Hopper's fp8 products take only
+        # that layout; a block format's scales run along K): A as stored unless transposed,
+        # B (stored N x K when transposed) the other way round.
+        a8 = self.cast(a, phase, transposed=trans[0])
+        b8 = b if stored == fmt else self.cast(b, phase, transposed=not trans[1])
+        reads = (a8, b8) + tuple(self.scales[t] for t in (a8, b8) if t in self.scales)
+        fma = batch * m * n * k
+        ops = {"fma": fma}
+        c_bytes = self.tensors[c].bytes // (batch * m * n)
+        self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", fmt, flops_of(ops), ops, reads, (c,),
+                    (m, n, k), repeat=repeat, batch=batch, trans=trans, params={"c_bytes": c_bytes}, role="linear"))
+
+    def cast(self, t: str, phase: str, *, transposed: bool = False) -> str:
+        """``t``'s copy in :attr:`product` (with its scales, for a block format), laid along
+        the other dimension when ``transposed``: one cast kernel a tensor, declared where the
+        first product needs it; a later product that needs the other layout adds that copy
+        to the same kernel (Transformer Engine's cast-transpose)."""
+        fmt = self.product
+        assert fmt is not None
+        key = (t, transposed)
+        if key in self.narrow:
+            return self.narrow[key]
+        src = self.tensors[t]
+        elements = src.bytes // self.esz
+        # a weight's narrow copy is counted with the weights (it lives from its cast to the backward)
+        cls = "weights" if self.tensors[self.root(t)[0]].cls == "weights" else None
+        label = f"{src.name}.{fmt}" + (".T" if transposed else "")
+        out = self.tensor(label, elements, cls=cls, bits=DTYPE_BITS[fmt])
+        writes = [out]
+        if fmt in BLOCK_FORMATS:
+            self.scales[out] = self.tensor(f"scales.{label}", BLOCK_FORMATS[fmt].scale_bytes(elements), 1, cls=cls)
+            writes.append(self.scales[out])
+        self.narrow[key] = out
+        if t in self.casts:  # the other layout: the same kernel writes it too
+            i = self.casts[t]
+            op = self.ops[i]
+            self.ops[i] = replace(op, writes=op.writes + tuple(writes))
+            return out
+        self.casts[t] = len(self.ops)
+        self.cast_count += 1
+        self.ew(f"{src.name}.cast.{fmt}", phase, (t,), tuple(writes), elements, CAST_OPS, role="cast")
+        self.cast_roots.setdefault(self.root(t)[0], set()).add(t)
+        return out
+
+    def scaling_update(self) -> None:
+        """fp8 delayed scaling: once a step, every cast tensor's amax appended to its
+        history and its next scale taken from the history's largest (Transformer Engine's
+        amax-and-scale update, one kernel over all of them)."""
+        if self.product != "fp8" or not self.cast_count:
+            return
+        n = self.cast_count * AMAX_HISTORY
+        hist = self.tensor("fp8.amax_history", n, 4, cls="optimizer", whole_step=True)
+        scale = self.tensor("fp8.scales", self.cast_count, 4, cls="optimizer", whole_step=True)
+        self.ew("fp8.amax_and_scale_update", "backward", (hist,), (hist, scale), n, {"max": 1}, op="reduction",
+                role="scaling")
+
     def ew(self, name: str, phase: str, reads: tuple[str, ...], writes: tuple[str, ...], elements: int,
            per_elem: dict[str, int], *, rows: int = 1, broadcast: tuple[str, ...] = (), op: str = "elementwise",
            extra: dict[str, int] | None = None, repeat: int = 1, role: str = "") -> None:
@@ -235,7 +325,9 @@ class Graph:
                     role=role))
 
     def updates(self, optimizer: str) -> None:
-        """One update kernel per trained parameter, in the order they were declared."""
+        """One update kernel per trained parameter, in the order they were declared; before
+        them, fp8's scaling update (:meth:`scaling_update`)."""
+        self.scaling_update()
         per = OPTIMIZER_OPS[optimizer]
         for p in self.params:
             if not p.update or p.g is None:

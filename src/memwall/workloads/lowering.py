@@ -241,7 +241,9 @@ class _Operands:
 def _ops(kernel: Kernel) -> _Operands:
     assert kernel.dims is not None
     m, n, k = kernel.dims
-    e = DTYPE_BYTES[kernel.dtype]
+    # a product in a type narrower than a byte (fp4, fp6 block formats) reads fractional bytes an element
+    e: Any = Fraction(DTYPE_BITS[kernel.dtype], 8)
+    e = int(e) if e == int(e) else e
     ce = int(kernel.params.get("c_bytes", e))
     a, b = kernel.reads[0], kernel.reads[1]
     c = kernel.writes[0]
@@ -252,7 +254,8 @@ def _ops(kernel: Kernel) -> _Operands:
         eb = int(eb)
     am, ak = (e, m * e) if ta else (k * e, e)
     bk, bn = (eb, k * eb) if tb else (n * eb, eb)
-    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, m * k * e, _whole(k * n * eb), m * n * ce, eb)
+    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, _whole(m * k * e), _whole(k * n * eb),
+                     m * n * ce, eb)
 
 
 def _whole(x: Any) -> int:
@@ -262,7 +265,15 @@ def _whole(x: Any) -> int:
     return int(x)
 
 
+def _byte_elements(kernel: Kernel, family: str) -> None:
+    """Refuse a product whose elements are narrower than a byte where its loops address bytes."""
+    if DTYPE_BITS[kernel.dtype] % 8:
+        raise InputError(f"{kernel.dtype} products (elements narrower than a byte) are lowered on the tiled "
+                         f"schedule, not {family}", field="dtype")
+
+
 def _wide_b(kernel: Kernel, family: str) -> None:
+    _byte_elements(kernel, family)
     if kernel.params.get("b_dtype"):
         raise InputError(f"narrow weights (--weights) are lowered on tiled and blocked schedules, not {family}",
                          field="weights")
@@ -402,6 +413,7 @@ def _splits(n: int, block: int) -> list[tuple[int, int, int]]:
 
 
 def _gemm_blocked(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
+    _byte_elements(kernel, "blocked")
     o = _ops(kernel)
     mr, nr = (int(x) for x in p["micro_tile"])
     kc, mc, nc = int(p["kc"]), int(p["mc"]), int(p["nc"])
@@ -533,6 +545,7 @@ def _level2_blocked(kernel: Kernel, line_bytes: int) -> Lowered:
     """A gemv or ger as level-2 BLAS runs it: no packing; the matrix (the output, for K = 1)
     streamed once in its storage order, one line of it per access, as the blocked family
     streams elementwise kernels; the vectors re-read from the first level."""
+    _byte_elements(kernel, "blocked")
     o = _ops(kernel)
     if o.k == 1:
         return _ger_blocked(kernel, o, line_bytes)
@@ -699,7 +712,7 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
             for chunk, into, k0, depth in ((kch, acc, 0, 4), (krem, tail, kfull * kch, 3)):
                 if not chunk or (depth == 4 and not kfull):
                     continue
-                s = (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ())
+                s = tuple(_whole(x) for x in (bw * o.ab, wm * tm * o.am, 0) + ((kch * o.ak,) if depth == 4 else ()))
                 into.append(_operand_block(o.a, a0 + k0 * o.ak, rw, chunk, o.am, o.ak, e, s, depth == 3))
                 s = (bw * o.bb, 0, _whole(wn * tn * o.bn)) + ((_whole(kch * o.bk),) if depth == 4 else ())
                 into.append(_operand_block(o.b, b_0 + k0 * o.bk, cw, chunk, o.bn, o.bk, o.eb, s, depth == 3))

@@ -37,11 +37,12 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
+from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS
 from . import accumulation, checkpoint, fusion, update_fusion
 from .builders.chain import declare_chain
 from .builders.transformer import NO_SPLIT, SeqSplit, declare_transformer
 from .config import TrainingConfig
-from .graph import PARAMETER_CLASSES, Graph
+from .graph import PARAMETER_CLASSES, Graph, Op
 from .kernel import Kernel, Ledger
 from .liveness import derive
 from .ops import FLOP_WEIGHTS, KERNEL_OPS, KERNEL_PHASES, flops_of
@@ -149,11 +150,12 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
     ``embed`` / ``head`` false: a pipeline stage without the embedding / the head
     (:mod:`memwall.workloads.parallel`)."""
     batch, _ = _batch(config)
-    g = Graph(config.dtype, config.gradient_dtype if config.training else None, config.group_format)
+    g = Graph(config.storage_dtype, config.gradient_dtype if config.training else None, config.group_format,
+              product=config.product_dtype)
     if network.is_sequence:
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
-                            weights=config.weights, kv_dtype=config.kv_dtype, embed=embed, head=head,
+                            weights=config.stored_weights, kv_dtype=config.kv_dtype, embed=embed, head=head,
                             split=split)
     else:
         if config.serving:
@@ -205,10 +207,19 @@ def gemm_step(m: int, n: int, k: int, dtype: str = "fp32") -> Step:
     cfg = TrainingConfig(batch=1, dtype=dtype, phase="forward", single_product=True)
     net = Network(id=f"gemm-{m}x{n}x{k}", name=f"GEMM {m}x{n}x{k}", kind="mlp", source="synthetic", year=2024,
                   status="synthetic", dtype=dtype, layers=(k, n), loss="none")
-    g = Graph(dtype)
-    a = g.tensor("A", m * k, cls="input", whole_step=True)
-    b = g.tensor("B", k * n, cls="weights", whole_step=True)
+    fmt = BLOCK_FORMATS.get(dtype)
+    g = Graph("bf16" if fmt else dtype)
+    bits = DTYPE_BITS[dtype] if fmt else None
+    a = g.tensor("A", m * k, cls="input", whole_step=True, bits=bits)
+    b = g.tensor("B", k * n, cls="weights", whole_step=True, bits=bits)
     c = g.tensor("C", m * n, cls="workspace", whole_step=True)
-    g.gemm("gemm", "forward", a, b, c, m, n, k)
+    if fmt is None:
+        g.gemm("gemm", "forward", a, b, c, m, n, k)
+    else:  # both operands stored in the block format with their scales; C in bf16
+        scales = tuple(g.tensor(f"scales.{t}", fmt.scale_bytes(e), 1, cls=cls, whole_step=True)
+                       for t, e, cls in (("A", m * k, "input"), ("B", k * n, "weights")))
+        ops = {"fma": m * n * k}
+        g.add(Op("gemm", "forward", "gemv" if m == 1 or n == 1 else "gemm", dtype, flops_of(ops), ops,
+                 (a, b, *scales), (c,), (m, n, k), params={"c_bytes": 2}))
     kernels, layout = derive(g)
     return Step(net, cfg, kernels, layout.ledger, 1, m, k * n, _total_flops(kernels, 1))
