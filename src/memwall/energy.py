@@ -196,6 +196,30 @@ def energy_table(machine: Machine, devices: Iterable[tuple[float, Mapping[str, f
         unstated=sorted(set(unstated)))
 
 
+def summed_table(tables: Sequence[tuple[float, EnergyTable | None]], seconds: float, device_count: int, *,
+                 tokens: float = 0.0) -> EnergyTable | None:
+    """The energy of several steps run one after another (a whole request: its prefill and
+    its decode steps), each table counted ``w`` times: joules by component added, the
+    shares and rates recomputed over the steps' ``seconds``, ``device_count`` devices and
+    ``tokens``. None where a table is None (the profile states no [energy])."""
+    if not tables or any(t is None for _, t in tables):
+        return None
+    components: dict[str, float] = {}
+    for w, t in tables:
+        assert t is not None
+        _add(components, t.joules_by_component, w)
+    total = sum(components.values())
+    moving = sum(v for k, v in components.items() if k not in (STATIC, HOST) and not k.startswith(ARITHMETIC))
+    first = tables[0][1]
+    assert first is not None
+    return EnergyTable(
+        joules=total, joules_by_component=components,
+        data_movement_share=moving / total if total > 0 else 0.0,
+        watts_average=total / seconds / device_count if seconds > 0 else 0.0, tdp=first.tdp,
+        tokens_per_joule=tokens / total if tokens > 0 and total > 0 else None, cups_per_joule=None,
+        unstated=sorted({u for _, t in tables if t is not None for u in t.unstated}))
+
+
 def energy_warnings(machine: Machine, table: EnergyTable | None) -> list[str]:
     """A step whose average power per device is above the profile's rated power: the
     figures, or the step, describe no real run of that machine."""

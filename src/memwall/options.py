@@ -36,6 +36,7 @@ from .vocabulary import (
     DISPATCH_MODES,
     DTYPES,
     FUSIONS,
+    GENERATE,
     GRADIENT_DTYPES,
     KV_DTYPES,
     MAX_WEIGHT_GROUP,
@@ -65,6 +66,7 @@ WORKLOADS = (NETWORK, GEMM)
 TRAIN_ONLY = ("train",)
 NOT_SERVING = tuple(p for p in PHASES if p not in SERVING_PHASES)
 INFERENCE = tuple(p for p in PHASES if p != "train")
+ONE_STEP_SERVING = tuple(p for p in SERVING_PHASES if p != GENERATE)  # a generate request's contexts are its own
 GROUPED = ("weights", tuple(WEIGHT_GROUP_SCALES))  # weights stored with a scale a group of them
 
 
@@ -173,7 +175,8 @@ OPTIONS: tuple[Option, ...] = (
     _option("updates", str, "how often the weights change: per-example (1986-style online SGD, one update per "
             "example) or minibatch", STEP, default="minibatch", choices=UPDATES, phases=NOT_SERVING),
     _option("phase", str, "what a step runs: train, forward (inference), decode (one token a sequence against a "
-            "KV cache of 'context' tokens) or prefill (a prompt of 'context' tokens that fills the cache)", STEP,
+            "KV cache of 'context' tokens), prefill (a prompt of 'context' tokens that fills the cache) or generate "
+            "(whole requests: a prompt of 'prompt' tokens prefilled, then 'output' - 1 decode steps)", STEP,
             default="train", choices=PHASES),
     _option("optimizer", str, "the optimizer's update", STEP, default="sgd", choices=OPTIMIZERS, phases=TRAIN_ONLY),
     _option("dtype", str, f"the arithmetic type: training {', '.join(TRAINING_DTYPES)} (fp8 and the "
@@ -192,7 +195,11 @@ OPTIONS: tuple[Option, ...] = (
     _option("grad_dtype", str, "the gradients' type", STEP, choices=GRADIENT_DTYPES, phases=TRAIN_ONLY,
             default_doc="fp32 main gradients when a 16-bit step accumulates, else the step's dtype"),
     _option("context", int, "decode, prefill: tokens in each sequence's KV cache (decode) or the prompt (prefill)",
-            STEP, minimum=0, phases=SERVING_PHASES, metavar="S"),
+            STEP, minimum=0, phases=ONE_STEP_SERVING, metavar="S"),
+    _option("prompt", int, "generate: tokens in each request's prompt (prefilled as one step)", STEP, minimum=1,
+            phases=(GENERATE,), metavar="P"),
+    _option("output", int, "generate: tokens each request generates (the prefill's first, then one a decode step)",
+            STEP, minimum=1, phases=(GENERATE,), metavar="N"),
     _option("weights", str, "weight-only quantization: the block matrices stored narrow, dequantized in the "
             f"product ({', '.join(BLOCK_FORMATS)} with their block scales)", STEP, choices=WEIGHT_DTYPES, phases=INFERENCE),
     _option("kv_dtype", str, "the KV cache's type", STEP, choices=KV_DTYPES, phases=SERVING_PHASES,

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-PHASES: tuple[str, ...] = ("train", "forward", "decode", "prefill")
+PHASES: tuple[str, ...] = ("train", "forward", "decode", "prefill", "generate")
 # Serving phases: decode generates one token per sequence against a cache of ``context``
-# tokens; prefill runs a prompt of ``context`` tokens and fills the cache.
-SERVING_PHASES: tuple[str, ...] = ("decode", "prefill")
+# tokens; prefill runs a prompt of ``context`` tokens and fills the cache; generate is a
+# whole request (a prompt of ``prompt`` tokens prefilled, then ``output`` - 1 decode
+# steps: memwall.simulation.generate), not one step.
+SERVING_PHASES: tuple[str, ...] = ("decode", "prefill", "generate")
+GENERATE = "generate"
 UPDATES: tuple[str, ...] = ("per-example", "minibatch")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
 # Dtypes a network trains in; 16-bit types train with fp32 master weights. fp8 and the

@@ -207,6 +207,18 @@ def _energy_line(result: dict) -> str:
             f"{100 * e['data_movement_share']:.1f}%: {parts}{per}{unstated}")
 
 
+def _request_line(sv: dict, batch: int) -> str:
+    """A generate case's serving line: the request's TTFT, TPOT and throughput, its setup,
+    and the decode contexts simulated (docs/serving.md, "Whole requests")."""
+    setup = ", ".join(f"{c.label} {sv[c.name]}" for c in SERVING_COLUMNS if c.setting and sv.get(c.name) is not None)
+    tpot = f"TPOT {format_time(sv['tpot_seconds'])}, " if sv["tpot_seconds"] is not None else ""
+    contexts = ", ".join(map(str, sv["decode_contexts"])) or "none"
+    return (f"requests: {batch} together, {setup}: TTFT {format_time(sv['ttft_seconds'])}, {tpot}request "
+            f"{format_time(sv['request_seconds'])}; {sv['tokens_per_second']:.4g} output tokens/s "
+            f"({sv['tokens_per_second_per_device']:.4g} per device); decode steps simulated at contexts {contexts}; "
+            f"at most batch {sv['max_batch_that_fits']} fits every step")
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole > 0 else "   - "
 
@@ -239,7 +251,8 @@ def render(result: dict) -> str:
     c = result["cycles"]
     lines.append("-" * len(header))
     lines.append(
-        f"{'step':<28} {'':>5} {format_time(result['seconds']):>10} {_pct(c['compute'], c['total']):>7} "
+        f"{'request' if result['phase'] == 'generate' else 'step':<28} {'':>5} {format_time(result['seconds']):>10} "
+        f"{_pct(c['compute'], c['total']):>7} "
         f"{_pct(c['overhead'], c['total']):>6} "
         + " ".join(f"{_pct(c['stall'].get(lv, 0.0), c['total']):>9}" for lv in levels)
     )
@@ -278,7 +291,9 @@ def render(result: dict) -> str:
     if d.get("host_seconds"):
         lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "
                      f"{format_time(d['host_seconds'])}, the device works {format_time(d['device_seconds'])}")
-    if "serving" in result:
+    if "serving" in result and "request_seconds" in result["serving"]:
+        lines.append(_request_line(result["serving"], result["batch"]))
+    elif "serving" in result:
         sv = result["serving"]
         per = (f"{format_time(sv['seconds_per_token'])} per output token" if "seconds_per_token" in sv
                else f"time to first token {format_time(sv['time_to_first_token'])}")

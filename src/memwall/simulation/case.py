@@ -3,7 +3,9 @@
 Owns: :func:`run_case`, which reads nothing from files but the profiles and presets,
 writes nothing, starts no process and draws nothing; and the rule for a dtype the
 machine has no arithmetic for is :func:`memwall.simulation.timed.dtype_fallback`'s. A case on more than one device
-takes the same road in :mod:`memwall.simulation.devices`.
+takes the same road in :mod:`memwall.simulation.devices`; a whole request (``--phase
+generate``) runs its prefill and decode steps as cases of their own and adds them up
+(:mod:`memwall.simulation.generate`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 from ..options import Case
 from ..profiles import Machine, load_machine
+from ..vocabulary import GENERATE
 from .devices import run_parallel
+from .generate import run_generate
 from .plan import Prepared, check_cost, plan_replay
 from .replay import ReplayCache, _ticker, replay_key, replay_step
 from .result import Result, build_result
@@ -45,6 +49,14 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     supplies the step and the plan when an earlier case built them."""
     if machine is None:
         machine = load_machine(case.machine)
+    if case.phase == GENERATE:  # whole requests: a prefill and decode steps, each run here as a case of its own
+        on = machine
+
+        def part(c: Case, tick: Callable[[int, int], Any] | None) -> Result:
+            return run_case(c, machine=on, exact=exact, max_lookups=max_lookups, progress=tick,
+                            allow_fallback=allow_fallback, replays=replays, prepared=prepared)
+
+        return run_generate(case, part, machine, progress=progress)
     if case.parallel.devices > 1:
         return run_parallel(case, machine, exact=exact, max_lookups=max_lookups, progress=progress,
                             allow_fallback=allow_fallback)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..options import OPTIONS
 from ..study.identity import machine_ids, machine_info, network_ids, network_info, parse_machine_spec
+from ..vocabulary import GENERATE
 
 if TYPE_CHECKING:
     from ..options import Case
@@ -59,4 +60,11 @@ def _check_options(case: Case) -> None:
 
     if case.network is None:
         return
-    TrainingConfig(**{**config_values(case), "dtype": case.dtype or "bf16"})
+    steps = [case]
+    if case.phase == GENERATE:  # a whole request: its prefill and a decode step, as they will run
+        from .generate import request_parts
+
+        prefill, decode = request_parts(case)
+        steps = [prefill, decode(case.prompt)]
+    for step in steps:
+        TrainingConfig(**{**config_values(step), "dtype": step.dtype or "bf16"})

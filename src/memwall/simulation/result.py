@@ -334,6 +334,8 @@ def _warnings(machine: Machine, step: Step, peak: int, fits: bool) -> list[str]:
 
 # The serving group's figures that a results row carries, declared once: the row's columns
 # (memwall.simulation.row), the JSON's keys and what `memwall inspect` prints beside the case.
+# A generate row's own columns (memwall.simulation.generate): only its rows carry them.
+GENERATE_COLUMNS = ("prompt", "output", "ttft_seconds", "tpot_seconds", "request_seconds")
 SERVING_COLUMNS: tuple[Column, ...] = (
     Column("context", "int", "tokens", "context", "tokens in each sequence's KV cache (the prompt for prefill)",
            leading=False, setting=True),
@@ -342,17 +344,26 @@ SERVING_COLUMNS: tuple[Column, ...] = (
     Column("weight_group", "int", "", "weights a scale", "int4: weights a group scale covers", leading=False,
            setting=True),
     Column("weight_zero", "text", "", "zero points", "int4: the groups' zero points", leading=False, setting=True),
-    Column("tokens_per_second", "number", "tokens/s", "tokens/s", "every device's tokens per second",
-           leading=False),
+    Column("prompt", "int", "tokens", "prompt", "generate: tokens in each request's prompt", leading=False,
+           setting=True),
+    Column("output", "int", "tokens", "output", "generate: tokens each request generates", leading=False,
+           setting=True),
+    Column("tokens_per_second", "number", "tokens/s", "tokens/s", "every device's tokens per second (generate: "
+           "output tokens over the request's seconds)", leading=False),
     Column("tokens_per_second_per_device", "number", "tokens/s", "tokens/s/device",
            "several devices: tokens per second per device", leading=False),
     Column("seconds_per_token", "number", "s", "s/token", "decode: seconds per output token", leading=False),
     Column("time_to_first_token", "number", "s", "TTFT", "prefill: time to the first token", leading=False),
+    Column("ttft_seconds", "number", "s", "TTFT", "generate: the prefill, which yields each request's first token",
+           leading=False),
+    Column("tpot_seconds", "number", "s", "TPOT", "generate: the mean decode step, seconds per output token after "
+           "the first", leading=False),
+    Column("request_seconds", "number", "s", "request", "generate: ttft + (output - 1) x tpot", leading=False),
     Column("max_batch_that_fits", "int", "", "max batch", "the largest batch whose weights and cache fit",
            leading=False),
 )
 # Every serving row has these columns (null where they do not apply); the others only where given.
-SERVING_EVERY_ROW = frozenset(c.name for c in SERVING_COLUMNS) - {"tokens_per_second_per_device"}
+SERVING_EVERY_ROW = frozenset(c.name for c in SERVING_COLUMNS) - {"tokens_per_second_per_device", *GENERATE_COLUMNS}
 
 
 def weight_bytes_per_parameter(cfg: TrainingConfig) -> float:

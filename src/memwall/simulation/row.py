@@ -38,10 +38,11 @@ ROW: tuple[Column, ...] = (
     Column("tokens", "int", "", "tokens", "tokens per step (examples for non-sequence networks)"),
     Column("checkpoint", "text", "", "checkpoint", "activation checkpointing", required=True),
     Column("updates", "text", "", "updates", "per-example or minibatch", required=True),
-    Column("phase", "text", "", "phase", "train, forward, decode, prefill", required=True),
+    Column("phase", "text", "", "phase", "train, forward, decode, prefill, generate", required=True),
     Column("optimizer", "text", "", "optimizer", "the optimizer"),
     Column("dtype", "text", "", "dtype", "the arithmetic type"),
-    Column("seq_len", "int", "tokens", "seq", "tokens per sequence (1 for decode, the prompt for prefill)"),
+    Column("seq_len", "int", "tokens", "seq", "tokens per sequence (1 for decode, the prompt for prefill, the output "
+           "for generate)"),
     Column("status", "text", "", "status", "ok or error", required=True),
     Column("error", "text", "", "error", "why the case failed"),
     Column("seconds", "number", "s", "time", "one step (one optimizer step with accumulation)"),
@@ -161,6 +162,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         seq = 1
     elif case.phase == "prefill":
         seq = case.context
+    elif case.phase == "generate":  # a request's tokens are its output (tokens_per_second counts them)
+        seq = case.output
     row: dict[str, Any] = {
         "machine": m.id, "name": m.name, "year": m.year, "kind": m.kind, "synthetic": m.synthetic,
         "bandwidth": m.bandwidth, "balance": m.balance(), "machine_balance": m.balance(),

@@ -31,6 +31,7 @@ from ..options import GEMM, NETWORK, OPTION_FIELDS, OPTIONS, inapplicable
 from ..options import names as option_names
 from ..schema import Field, Problems, Table, read_toml, walk
 from ..vocabulary import (
+    GENERATE,
     SERVING_PHASES,
     parse_checkpoint,
 )
@@ -40,17 +41,20 @@ METRICS: dict[str, str] = {
     "cups": "connection updates per second (training: forward, backward and weight update)",
     "cps": "connections per second (forward pass only)",
     "flops": "achieved arithmetic rate, FLOP/s",
-    "seconds": "seconds per step (a training step, a forward pass or one GEMM)",
+    "seconds": "seconds per step (a training step, a forward pass or one GEMM; generate: the whole request, "
+               "ttft + (output - 1) x tpot; a time to first token is a prefill's seconds)",
     "samples_per_second": "examples (or sequences) per second, per device (all devices' / the device count)",
     "tokens_per_second": "decode: tokens generated per second, all sequences together (batch / seconds per step); "
-                         "prefill: prompt tokens per second; train or forward: tokens per second per device "
+                         "prefill: prompt tokens per second; generate: output tokens of every request over the "
+                         "request's seconds, all devices; train or forward: tokens per second per device "
                          "(all devices' / the device count)",
-    "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time)",
+    "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time); generate: "
+                         "the mean decode step (tpot)",
     "joules": "energy of one step, every device (a training step, a forward pass, one decode step of the whole "
-              "batch, a prefill)",
+              "batch, a prefill; generate: the whole request, prefill and decode steps)",
     "watts": "average power per device over the step",
     "tokens_per_joule": "tokens of one step per joule, every device's (decode: output tokens; prefill: prompt "
-                        "tokens; training: tokens trained)",
+                        "tokens; generate: the requests' output tokens; training: tokens trained)",
 }
 # The unit a value written as a string must carry, per metric (with a decimal prefix).
 METRIC_UNITS: dict[str, tuple[str, ...]] = {
@@ -272,10 +276,14 @@ def _check_step(raw: dict[str, Any], values: dict[str, Any], add: Any) -> None:
         add("'cups' counts connection updates: it needs phase = 'train'", "metric")
     if metric == "cps" and phase != "forward":
         add("'cps' counts forward connections only: it needs phase = 'forward'", "metric")
-    serving = phase in SERVING_PHASES
-    if metric == "seconds_per_token" and phase != "decode":
-        add("'seconds_per_token' is a decode step's time: it needs phase = 'decode'", "metric")
-    if serving and "context" not in raw:
+    if metric == "seconds_per_token" and phase not in ("decode", GENERATE):
+        add("'seconds_per_token' is a decode step's time: it needs phase = 'decode' or 'generate' (the mean "
+            "decode step of a request)", "metric")
+    if phase == GENERATE:  # a whole request: its prompt and output, not a context
+        for key, what in (("prompt", "tokens in each request's prompt"), ("output", "tokens each request generates")):
+            if key not in raw:
+                add(f"a generate measurement needs '{key}' ({what})", key)
+    elif phase in SERVING_PHASES and "context" not in raw:
         add(f"a {phase} measurement needs 'context' (tokens in the cache, or the prompt)", "context")
     _refuse_inapplicable(raw, values, NETWORK, add)
     if values.get("updates") == "per-example" and values.get("batch", 1) != 1:

@@ -16,11 +16,15 @@ comparison is tested without the simulator; by default it is
 Metric conversions, exactly as computed here (``s`` = predicted seconds of one step,
 ``b`` = examples in the step, ``C`` = the network's connections, i.e. weights):
 
-* ``seconds``            = s
+* ``seconds``            = s (generate: the whole request, ``serving.request_seconds``)
 * ``flops``              = the prediction's ``achieved_flops`` (its FLOPs ÷ s)
 * ``samples_per_second`` = b ÷ s, per device: on d devices the whole step's examples ÷ s ÷ d
 * ``tokens_per_second``  = decode and prefill: the serving figure (all sequences, every
-  device); train and forward: the step's tokens ÷ s, per device as ``samples_per_second``
+  device); generate: the requests' output tokens ÷ the request's seconds, every device
+  (``serving.tokens_per_second``); train and forward: the step's tokens ÷ s, per device
+  as ``samples_per_second``
+* ``seconds_per_token``  = decode: the step's seconds; generate: the mean decode step
+  (``serving.tpot_seconds``)
 * ``cups``               = C × b ÷ s   (s of a training step: forward, backward, update)
 * ``cps``                = C × b ÷ s   (s of a forward pass only)
 
@@ -146,8 +150,10 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
                              "samples_per_second)", field="metric")
         return per_device
     if metric in ("tokens_per_second", "seconds_per_token"):
-        if not serving or metric not in serving:
-            raise InputError(f"the prediction has no {metric!r}: it is not a decode or prefill case", field="metric")
+        if not serving or serving.get(metric) is None:  # a request of one output token has no decode step
+            raise InputError(f"the prediction has no {metric!r}: it is not a decode, prefill or generate case "
+                             "(with a decode step)",
+                             field="metric")
         return float(serving[metric])
     if metric in ENERGY_METRICS:
         return _energy_metric(metric, prediction)

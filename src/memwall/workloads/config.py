@@ -15,6 +15,7 @@ from ..vocabulary import (
     BLOCK_FORMATS,
     DTYPE_BYTES,
     FUSIONS,
+    GENERATE,
     GRADIENT_DTYPES,
     INFERENCE_DTYPES,
     KV_DTYPES,
@@ -130,6 +131,9 @@ class TrainingConfig:
         return (FUSED if self.updates_fused else SEPARATE) if self.training else None
 
     def _check_serving(self) -> None:
+        if self.phase == GENERATE:  # several steps: memwall.simulation.generate runs its prefill and decodes
+            raise InputError("phase generate is a whole request (a prefill, then decode steps), not one step: "
+                             "a step takes --phase prefill --context P or --phase decode --context C", field="phase")
         serving = self.phase in SERVING_PHASES
         if serving and self.seq_len is not None:
             raise InputError(f"--seq-len does not apply to {self.phase}: give the tokens in the cache as --context",
