@@ -259,8 +259,11 @@ MEMORY = Table("[memory]", (
           figure="required"),
     Field("latency", "any", "load-to-use latency of a main-memory access", required=True, parse=_op_time,
           unit="time (`'11 cycles'`, `'90 ns'`)", figure="required"),
-    Field("bandwidth", "any", "peak main-memory bandwidth", required=True, parse=_byte_rate,
+    Field("bandwidth", "any", "peak main-memory bandwidth (the datasheet's)", required=True, parse=_byte_rate,
           unit="rate (`'3.35 TB/s'`, `'8 B/cycle'`)", figure="required"),
+    Field("sustained", "any", "the bandwidth a streaming kernel is measured to sustain (STREAM, BabelStream, "
+          "gpu-benches), at most the peak; the timing uses it in place of the peak (docs/timing.md, 'Sustained "
+          "bandwidth'); absent: the peak", parse=_byte_rate, unit="rate (`'3.89 TB/s'`)", figure="required"),
     Field("energy", "any", "energy per byte moved between main memory and the last level (the DRAM's "
           "access and its I/O)", parse=energy_per_byte, unit=ENERGY_PER_BYTE, figure="required"),
     Field("note", "str", "free text"),
@@ -484,6 +487,13 @@ class MainMemory:
     latency: float  # seconds, load to use
     bandwidth: float  # bytes per second, peak
     energy: float | None = None  # joules per byte moved to or from the last level
+    sustained: float | None = None  # bytes per second a streaming kernel sustains; None: not published
+
+    @property
+    def sustained_bandwidth(self) -> float:
+        """The bandwidth the timing charges main memory at: the sourced sustained figure,
+        else the peak (docs/timing.md, "Sustained bandwidth")."""
+        return self.bandwidth if self.sustained is None else self.sustained
 
 
 @dataclass(frozen=True)
@@ -525,6 +535,9 @@ class Machine:
     achievable_flops: dict[str, float] = field(default_factory=dict)  # [compute.achievable]: dtype -> FLOP/s
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
     energy: EnergySpec | None = None  # [energy]; None: the results' energy is null
+    # a --set what-if: {"set": FIELD -> VALUE as given, "moved": every figure it changed}
+    # (:func:`_what_if`); None: the profile as shipped
+    what_if: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def cache_levels(self) -> tuple[LevelSpec, ...]:
@@ -581,7 +594,9 @@ class Machine:
             "peak_flops": dict(self.peak_flops), "issue_costs": dict(self.issue_costs),
             "levels": [level_dict(lv) for lv in self.levels],
             "memory": {"capacity": self.memory.capacity, "latency": self.memory.latency,
-                       "bandwidth": self.memory.bandwidth, "energy": self.memory.energy},
+                       "bandwidth": self.memory.bandwidth, "energy": self.memory.energy,
+                       # only where stated, so a profile without it describes itself as before
+                       **({} if self.memory.sustained is None else {"sustained": self.memory.sustained})},
             "energy": None if self.energy is None else {
                 "tdp": self.energy.tdp, "static": self.energy.static, "host": self.energy.host,
                 "matrix": dict(self.energy.matrix), "vector": dict(self.energy.vector)},
@@ -874,6 +889,77 @@ def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problem
 
 WHAT_IF_SOURCE = "what_if"
 
+# Figures stated against the peak memory bandwidth (a measured sustained rate; the bytes a
+# unit keeps in flight, whose Little's-law cap was derived from a measured rate): a what-if
+# on memory.bandwidth moves each by new peak ÷ old peak unless the what-if sets it too
+# (docs/timing.md, "Sustained bandwidth"). --set paths.
+FOLLOW_BANDWIDTH = ("memory.sustained", "schedule.bytes_in_flight")
+
+
+def _at(values: Any, dotted: str) -> Any:
+    """The walked value at a --set path (``level.L2.bandwidth``: the level by name); None
+    where there is none."""
+    node = values
+    for key in dotted.split("."):
+        if isinstance(node, list):
+            node = next((t for t in node if isinstance(t, dict) and t.get("name") == key), None)
+        elif isinstance(node, dict):
+            node = node.get(key)
+        else:
+            return None
+    return node
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _what_if(before: Mapping[str, Any], values: dict[str, Any], sets: Mapping[str, str],
+             problems: Problems) -> dict[str, Any]:
+    """Follow a what-if through: where ``sets`` moves memory.bandwidth, each figure of
+    FOLLOW_BANDWIDTH the profile states and ``sets`` does not name is multiplied by new ÷
+    old peak in ``values`` (changed in place; its provenance says so). Returns the record a
+    result shows: ``set`` (each FIELD -> VALUE as given) and ``moved`` (every figure whose
+    value changed, in SI units: ``from``, ``to`` and ``by``, "set" or the scaling)."""
+    moved: dict[str, dict[str, Any]] = {}
+    for dotted in sets:
+        old, new = _at(before, dotted), _at(values, dotted)
+        if old != new:
+            moved[dotted] = {"from": old, "to": new, "by": "set"}
+    old_peak, new_peak = _at(before, "memory.bandwidth"), _at(values, "memory.bandwidth")
+    if "memory.bandwidth" in sets and _number(old_peak) and _number(new_peak) and old_peak > 0:
+        k = new_peak / old_peak
+        for dotted in FOLLOW_BANDWIDTH:
+            table, key = dotted.split(".")
+            value = values.get(table, {}).get(key)
+            if dotted in sets or not _number(value) or k == 1:
+                continue
+            values[table][key] = value * k
+            rule = f"memory.bandwidth x {k:.6g} (new peak / old peak)"
+            fig = problems.provenance.get(dotted)
+            if fig is not None:
+                unit = "B/s" if table == "memory" else "B"
+                problems.provenance[dotted] = Figure(f"{value * k:.6g} {unit}", fig.source, fig.status,
+                                                     fig.derivation, f"what-if: scaled with {rule} by --set")
+            moved[dotted] = {"from": value, "to": value * k, "by": rule}
+    return {"set": dict(sets), "moved": moved}
+
+
+def with_memory_bandwidth(machine: Machine, bandwidth: float, *, in_flight: bool = True) -> Machine:
+    """``machine`` with peak memory bandwidth ``bandwidth`` and, as a ``--set`` moves them,
+    its sustained bandwidth and (``in_flight``) its bytes in flight scaled by new ÷ old peak:
+    the rule of :func:`_what_if` on a loaded machine (the sensitivity's 1 % moves; a
+    synthetic ``BASE@bw=X``)."""
+    from dataclasses import replace
+
+    k = bandwidth / machine.memory.bandwidth
+    sustained = machine.memory.sustained
+    memory = replace(machine.memory, bandwidth=bandwidth, sustained=None if sustained is None else sustained * k)
+    params = machine.schedule.params
+    if in_flight and _number(params.get("bytes_in_flight")):
+        params = {**params, "bytes_in_flight": params["bytes_in_flight"] * k}
+    return replace(machine, memory=memory, schedule=replace(machine.schedule, params=params))
+
 
 def _blame_sets(problems: Problems, sets: Mapping[str, str]) -> None:
     """Put each problem of a ``--set`` field on the command line: ``--set FIELD: reason``,
@@ -902,9 +988,18 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     if chain is None:
         return None
     data, own = chain
+    before: dict[str, Any] = {}
     if sets:
+        # the profile as shipped, to say what the what-if moved (its problems are the file's own)
+        before = walk(data, PROFILE, Problems(str(path)), "", {"provenance": True})
         data = _apply_sets(data, sets, problems)
     values = walk(data, PROFILE, problems, "", {"provenance": True})
+    what_if = _what_if(before, values, sets, problems) if sets else None
+    memory = values.get("memory", {})
+    if _number(memory.get("sustained")) and _number(memory.get("bandwidth")) \
+            and memory["sustained"] > memory["bandwidth"] * (1 + 1e-9):
+        problems.add(f"sustained bandwidth {memory['sustained']:.4g} B/s is above the peak "
+                     f"{memory['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's", "memory.sustained")
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)
@@ -931,7 +1026,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
         path=path, dispatch=dispatch, vector_flops=vector_flops, achievable_flops=achievable_flops,
-        interconnect=_interconnect(values), energy=_energy(values),
+        interconnect=_interconnect(values), energy=_energy(values), what_if=what_if,
     )
 
 

@@ -121,7 +121,8 @@ def traffic_from_counters(
             MEMORY,
             mem.bytes_read + mem.bytes_written if specs else demand_bytes,
             mem.reads,
-            machine.memory.bandwidth,
+            # the sustained rate a streaming kernel reaches, else the peak (docs/timing.md)
+            machine.memory.sustained_bandwidth,
             machine.memory.latency,
         )
     )

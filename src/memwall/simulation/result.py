@@ -134,7 +134,7 @@ class Devices:
 
 # The groups in the order their keys appear in the JSON.
 GROUPS = ("identity", "rates", "time", "bytes", "energy", "ledger", "warnings", "kernels", "dtype_fallback", "training",
-          "seed", "devices", "serving")
+          "seed", "devices", "serving", "what_if")
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,9 @@ class Groups:
     serving: dict[str, Any] | None = None
     dtype_fallback: dict[str, Any] | None = None  # {requested, used} when the products ran at another dtype's rate
     energy: EnergyTable | None = None  # None: the profile states no [energy]
+    # a --set what-if on the machine: {"set": FIELD -> VALUE as given, "moved": {FIELD:
+    # {from, to, by}}}, every figure it changed (memwall.profiles._what_if); None: no --set
+    what_if: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -163,7 +166,7 @@ class Groups:
                 out[name] = value
             elif name == "energy":
                 out[name] = as_json(value)
-            elif name in ("serving", "dtype_fallback"):
+            elif name in ("serving", "dtype_fallback", "what_if"):
                 if value is not None:
                     out[name] = value
             elif name == "devices":
@@ -486,6 +489,7 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
         serving=serving_figures(step, seconds, machine.memory.capacity) if cfg.serving else None,
         dtype_fallback={k: v for k, v in fallback.items() if k != "warning"} if fallback is not None else None,
         energy=energy,
+        what_if=machine.what_if,
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..interconnect import Link
-from ..profiles import Machine
+from ..profiles import Machine, with_memory_bandwidth
 from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP
 
 MEMORY, MIXED = "memory", "mixed"
@@ -37,7 +37,7 @@ SCALE_ONLY = ("clock",)
 _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
     (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+"
      r"|timing\.(outer_product|multiply_add_cycles|vector_bytes)", COMPUTE),
-    (r"memory\.(bandwidth|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
+    (r"memory\.(bandwidth|sustained|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
      r"|timing\.(mlp|memory_ports|load_ports|store_ports|bank_busy)", MEMORY),
     (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
     (r"timing\.(startup|strip_loop)", STARTUP),
@@ -98,7 +98,12 @@ def _get(machine: Machine, path: str) -> object:
 
 
 def scaled(machine: Machine, path: str, factor: float) -> Machine:
-    """``machine`` with the figure at ``path`` (a ``--set`` path) multiplied by ``factor``."""
+    """``machine`` with the figure at ``path`` (a ``--set`` path) multiplied by ``factor``;
+    memory.bandwidth moves the figures stated against it too, as ``--set`` does
+    (:func:`memwall.profiles.with_memory_bandwidth`): a faster memory sustains more and
+    keeps more in flight, so the elasticity is that of the memory, not of a label."""
+    if path == "memory.bandwidth":
+        return with_memory_bandwidth(machine, machine.memory.bandwidth * factor)
     return _changed(machine, path, lambda value: value * factor)
 
 

@@ -73,21 +73,23 @@ def network_ids() -> list[str]:
 
 def load_machine_spec(spec: str) -> Machine:
     """The profile for an id, a path, or a synthetic ``BASE@bw=X`` or ``BASE@hier=X`` spec."""
-    from ..profiles import load_machine
+    from ..profiles import load_machine, with_memory_bandwidth
 
     base, bw = parse_machine_spec(spec)
     machine = load_machine(base)
     if bw is None:
         return machine
     if synthetic_scope(spec) != HIERARCHY:
-        return replace(machine, memory=replace(machine.memory, bandwidth=bw))
+        # main memory's alone: a stated sustained rate moves with the peak it was measured
+        # against; the bytes in flight and every latency stay the base's
+        return with_memory_bandwidth(machine, bw, in_flight=False)
     # Every level k times faster: bandwidths times k and, so that Little's law (bytes in
     # flight / latency) scales with them, latencies over k.
     k = bw / machine.memory.bandwidth
     levels = tuple(replace(lv, bandwidth=None if lv.bandwidth is None else lv.bandwidth * k,
                            latency=None if lv.latency is None else lv.latency / k) for lv in machine.levels)
-    return replace(machine, levels=levels,
-                   memory=replace(machine.memory, bandwidth=bw, latency=machine.memory.latency / k))
+    memory = with_memory_bandwidth(machine, bw, in_flight=False).memory  # the sustained rate with the peak
+    return replace(machine, levels=levels, memory=replace(memory, latency=machine.memory.latency / k))
 
 
 def _fingerprint(value: Any) -> str:
