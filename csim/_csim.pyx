@@ -54,6 +54,34 @@ cdef extern from *:
 
 cdef extern from *:
     """
+    /* Whether n accesses may hold a bad one (size 0, or a range that wraps past 2^64, which
+       needs an address in the top 4 GiB): a reduction without a branch per access, which
+       the compiler vectorizes. Exact answers come from the caller's scan of the block. */
+    #include <stdint.h>
+    static int memwall_block_suspect(const uint64_t *a, const uint32_t *s, Py_ssize_t n) {
+        uint32_t smin = 0xFFFFFFFFu;
+        int top = 0;
+        for (Py_ssize_t i = 0; i < n; i++)      /* two loops, each of one element width */
+            smin = s[i] < smin ? s[i] : smin;
+        for (Py_ssize_t i = 0; i < n; i++)      /* an address's high half, all ones */
+            top |= (a[i] >> 32) == 0xFFFFFFFFu;
+        return smin == 0 || top;
+    }
+    """
+    bint memwall_block_suspect(const uint64_t *a, const uint32_t *s, Py_ssize_t n) nogil
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__)
+    #define memwall_unlikely(x) __builtin_expect(!!(x), 0)
+    #else
+    #define memwall_unlikely(x) (x)
+    #endif
+    """
+    bint memwall_unlikely(bint x) nogil
+
+cdef extern from *:
+    """
     /* a % d for a, d < 2^32 without a division: magic = ceil(2^64 / d) (Lemire, Kaser and
        Kurz, "Faster remainder by direct computation", Software: Practice and Experience
        49(6), 2019). Two multiplications: a 64-bit division's latency is what a lookup in a
@@ -116,6 +144,8 @@ cdef enum:
     PREFETCH_ROWS_MIN_BYTES = 1024 * 1024               # of the first level's ways: more than a
                                                         #   host core's L2 (1-2 MiB today) holds
     PREFETCH_CHUNK = 4096                               # accesses
+    WAY_HINTS = 256                                     # first-level way predictor entries (a power of two)
+    VALIDATE_BLOCK = 4096                               # accesses checked without a branch each
     PREFETCH_MISS_RATIO = 16                            # prefetch after a chunk whose first-
                                                         #   level misses reached 1/16 of it
 
@@ -1065,6 +1095,205 @@ cdef void replay_one_fast(engine_t *e, addr_t addr, uint64_t size, bint is_write
     e.accesses -= 1
 
 
+cdef inline int64_t find_line(const way_t *w, uint64_t nways, uint64_t line) noexcept nogil:
+    """The way of a set that holds ``line``, or -1: tags first (a stamp is read only on a
+    tag match: an invalid way's tag is 0, itself a legal line number)."""
+    cdef uint64_t k
+    for k in range(nways):
+        if w[k].tag == line and w[k].sd != 0:
+            return <int64_t> k
+    return -1
+
+
+cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noexcept nogil:
+    """A whole-line reference from level lv to the level below it: next_line_ref, with
+    line_ref_fast written out for a ``fast`` level of a power-of-two set count and the line
+    size of lv (the miss path of replay_first_pow2; it recurses down the same way): one
+    pass over the set finds the line or the victim (find_or_oldest), as line_ref_fast."""
+    cdef level_t *L
+    cdef way_t *t
+    cdef uint64_t nways, k = 0, oldest, lb
+    cdef int64_t found
+    if lv + 1 == e.n or not e.levels[lv].next_same_line or not e.levels[lv + 1].fast \
+            or not e.levels[lv + 1].sets_pow2:
+        next_line_ref(e, lv, line, is_write != 0)
+        return
+    L = &e.levels[lv + 1]
+    nways = L.ways
+    lb = L.line_bytes
+    t = L.way + (line & L.set_mask) * nways
+    found = find_or_oldest(t, nways, line, &k)
+    if is_write:
+        L.c.writes += 1
+    else:
+        L.c.reads += 1
+    if found >= 0:
+        k = <uint64_t> found
+        if L.policy == POLICY_LRU:
+            L.clock += 2
+            t[k].sd = L.clock | (t[k].sd & 1) | is_write
+        elif is_write:
+            t[k].sd |= 1
+        return
+    oldest = t[k].sd
+    if is_write:  # a whole line: allocated without a fetch
+        L.c.write_misses += 1
+    else:
+        L.c.read_misses += 1
+        L.c.bytes_in += lb
+        below_pow2(e, lv + 1, line, 0)
+    if oldest & 1:  # the victim is valid and dirty: write it back, after the fetch
+        L.c.writebacks += 1
+        L.c.bytes_out += lb
+        below_pow2(e, lv + 1, t[k].tag, 1)
+    t[k].tag = line
+    L.clock += 2
+    t[k].sd = L.clock | is_write
+
+
+cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *size,
+                            const flag_t *is_write, index_t i0, index_t i1, index_t n,
+                            bint prefetch) noexcept nogil:
+    """replay_first_fast for a ``fast`` first level whose set count is a power of two, shaped
+    as the shared ceiling's plain-C replay shapes its loop (cachelimit.c's step), cheapest
+    case first, none changing a count:
+
+    1. the same line as the previous access (one line each): the write flag is OR-ed into
+       a register, committed into the way's dirty bit when the line changes (nothing can
+       read that bit in between: no other lookup happens at this level, and the levels
+       below never touch it);
+    2. a hit in the way where this line was last found (WAY_HINTS hints, indexed by the
+       line's low bits, each checked against the way's tag and valid stamp before use):
+       the stamp refreshed (LRU), no scan;
+    3. a hit elsewhere: the set's tags scanned, the stamp refreshed, the hint kept;
+    4. a miss: the victim (oldest_way), the fetch and the dirty victim's write-back below
+       (next_line_ref), and on this path only, the sets below of the access
+       PREFETCH_AHEAD on are hinted to the host (where the levels are marked ``prefetch``).
+
+    Reads and writes are counted per access (writes in a register, reads as the rest). An
+    access of several lines goes through replay_first_fast, one access at a time, the
+    state handed over in the level's fields."""
+    cdef level_t *L = &e.levels[0]
+    cdef way_t *ways = L.way
+    cdef way_t *t
+    cdef uint64_t nways = L.ways, mask = L.set_mask, lb = L.line_bytes
+    cdef int shift = L.line_shift
+    cdef bint lru = L.policy == POLICY_LRU
+    cdef uint64_t clock = L.clock
+    cdef uint64_t nw = 0, nsplit = 0  # (the misses' counters go to L.c as they happen: the
+    cdef uint64_t a, line, base, oldest, k, wr, pd = 0  #  fewer locals, the fewer spilled)
+    cdef uint64_t prev, prev_idx
+    cdef int64_t found
+    cdef index_t i
+    cdef uint64_t hint[WAY_HINTS]
+    if i0 >= i1:
+        return
+    memset(hint, 0, sizeof(hint))  # (way 0 of set 0: verified before use like any hint)
+    if L.mru_valid:
+        prev = L.mru_line
+        prev_idx = L.mru_idx
+    else:
+        prev = (addr[i0] >> shift) ^ 1  # not the first access's line: its lookup runs
+        prev_idx = 0
+    for i in range(i0, i1):
+        a = addr[i]
+        wr = is_write[i] != 0
+        line = a >> shift
+        if memwall_unlikely(((a + (size[i] - 1)) >> shift) != line):
+            # several lines: replay_first_fast's loop, the state in the level's fields
+            if pd:
+                ways[prev_idx].sd |= 1
+            pd = 0
+            L.clock = clock
+            L.mru_valid = 1
+            L.mru_line = prev
+            L.mru_idx = prev_idx
+            replay_first_fast(e, addr, size, is_write, i, i + 1, n, 0)
+            clock = L.clock
+            prev = L.mru_line
+            prev_idx = L.mru_idx
+            nsplit += 1
+            continue
+        nw += wr
+        if line == prev:  # 1. the previous access's line again
+            pd |= wr
+            continue
+        if pd:
+            ways[prev_idx].sd |= 1
+        prev = line
+        pd = wr
+        if nways > 1:
+            # 2. the way this line was last found in, if it is still there (a way predictor:
+            # verified, so a stale or colliding hint only costs the scan below)
+            k = hint[line & (WAY_HINTS - 1)]
+            if ways[k].tag == line and ways[k].sd != 0:
+                prev_idx = k
+                if lru:
+                    clock += 2
+                    ways[k].sd = clock | (ways[k].sd & 1)
+                continue
+        if nways == 1:
+            # direct-mapped: the one way; a hit changes no replacement state (a way's stamp
+            # only ranks it within its set)
+            base = line & mask
+            t = ways + base
+            if t[0].tag == line and t[0].sd != 0:
+                prev_idx = base
+                continue
+            found = -1
+        else:
+            base = (line & mask) * nways
+            t = ways + base
+            found = find_line(t, nways, line)
+        if found >= 0:  # 3. a hit elsewhere in the set
+            k = <uint64_t> found
+            prev_idx = base + k
+            hint[line & (WAY_HINTS - 1)] = prev_idx
+            if lru:
+                clock += 2
+                t[k].sd = clock | (t[k].sd & 1)
+            continue
+        # 3. a miss
+        if prefetch and i + PREFETCH_AHEAD < n:
+            prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        k = 0 if nways == 1 else oldest_way(t, nways)
+        oldest = t[k].sd
+        if wr:
+            L.c.write_misses += 1
+        else:
+            L.c.read_misses += 1
+        if not (wr and size[i] == lb):  # (one line: a write of lb bytes covers it)
+            L.c.bytes_in += lb
+            below_pow2(e, 0, line, 0)
+        if oldest & 1:  # the victim is valid and dirty: write it back, after the fetch
+            L.c.writebacks += 1
+            L.c.bytes_out += lb
+            below_pow2(e, 0, t[k].tag, 1)
+        t[k].tag = line
+        clock += 2
+        t[k].sd = clock | wr
+        prev_idx = base + k
+        hint[line & (WAY_HINTS - 1)] = prev_idx
+        pd = 0
+    if pd:
+        ways[prev_idx].sd |= 1
+    L.clock = clock
+    L.mru_valid = 1
+    L.mru_line = prev
+    L.mru_idx = prev_idx
+    L.c.writes += nw
+    L.c.reads += <uint64_t> (i1 - i0) - nsplit - nw
+    e.accesses += <uint64_t> (i1 - i0) - nsplit
+
+
+# Called through a pointer so that the compiler keeps the loop a function of its own, with
+# its own registers, rather than inlining it into the Python wrapper of Engine.replay,
+# where its locals were spilled to the stack (measured: the loop ran slower inlined).
+ctypedef void (*replay_fn)(engine_t *, const addr_t *, const size_t32 *, const flag_t *, index_t, index_t,
+                           index_t, bint) noexcept nogil
+cdef replay_fn replay_pow2_call = replay_first_pow2
+
+
 cdef void flush_all(engine_t *e) noexcept nogil:
     cdef int lv
     cdef uint64_t idx
@@ -1431,13 +1660,22 @@ cdef class Engine:
     @cython.wraparound(False)
     def validate(self, const uint64_t[::1] addr, const uint32_t[::1] size):
         """Index of the first access with size 0 or a range past 2**64, or -1."""
-        cdef Py_ssize_t i, n = addr.shape[0]
+        cdef Py_ssize_t i, j, n = addr.shape[0], end
         cdef Py_ssize_t bad = -1
+        if size.shape[0] < n:
+            raise ValueError("size is shorter than addr")
         with nogil:
-            for i in range(n):
-                if size[i] == 0 or addr[i] + (size[i] - 1) < addr[i]:
-                    bad = i
-                    break
+            i = 0
+            while i < n and bad < 0:
+                end = i + VALIDATE_BLOCK if n - i > VALIDATE_BLOCK else n
+                # Without a branch per access (the compiler vectorizes it): can a block hold
+                # a bad access at all? A range can wrap only from an address in the top 4 GiB.
+                if memwall_block_suspect(&addr[i], &size[i], end - i):
+                    for j in range(i, end):
+                        if size[j] == 0 or addr[j] + (size[j] - 1) < addr[j]:
+                            bad = j
+                            break
+                i = end
         return bad
 
     def replay(self, const uint64_t[::1] addr, const uint32_t[::1] size, const uint8_t[::1] is_write):
@@ -1458,6 +1696,9 @@ cdef class Engine:
             if self.e.n == 0:
                 for i in range(n):
                     access(&self.e, addr[i], size[i], is_write[i] != 0)
+            elif L.fast and L.sets_pow2:
+                # The ceiling's loop: the sets below are hinted only on a first-level miss.
+                replay_pow2_call(&self.e, &addr[0], &size[0], &is_write[0], 0, n, n, pf)
             else:
                 # In chunks of PREFETCH_CHUNK accesses: the deep levels' sets are prefetched
                 # in a chunk that follows one where the first level missed often (elsewhere
