@@ -230,9 +230,10 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
     for level, b in result["bytes"].items():
         row[f"bytes_{level}"] = float(b)
     energy = result.get("energy")
+    # every row has the energy columns (null without [energy]), as the stored rows do
+    row.update({k: None if energy is None else energy[k]
+                for k in ("joules", "watts_average", "data_movement_share", "tokens_per_joule", "cups_per_joule")})
     if energy is not None:
-        row.update({k: energy[k] for k in ("joules", "watts_average", "data_movement_share", "tokens_per_joule",
-                                            "cups_per_joule")})
         row.update({f"joules_{k}": float(v) for k, v in energy["joules_by_component"].items()})
     return row
 
