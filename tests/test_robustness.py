@@ -348,15 +348,18 @@ def test_report_on_a_damaged_results_json(small_sweep, tmp_path, capsys, text, m
     assert not (folder / "report.html").exists() and not (folder / "figures").exists()
 
 
-def test_report_shows_a_user_profile_by_name_and_does_not_open_it(tmp_path, capsys, pyplot):
+def test_report_shows_a_user_profile_by_name_and_does_not_open_it(tmp_path, capsys, pyplot, fast_measurements):
     from memwall.report.page import build_report
+    from memwall.study.draw import write_figures
 
     profile = tmp_path / "private" / "my-vax.toml"
     profile.parent.mkdir()
     profile.write_text((era_data_dir() / "machines" / f"{OLD}.toml").read_text()
                        .replace(f'id = "{OLD}"', 'id = "my-vax"'))
     out = tmp_path / "s"
-    sweep(out, [Case(machine=str(profile), network="encoder-8-3-8", batch=1, updates="per-example")])
+    result = sweep(out, [Case(machine=str(profile), network="encoder-8-3-8", batch=1, updates="per-example")])
+    # the validation figure of a few published GEMMs (the shipped set's would take minutes)
+    write_figures(out, result.rows, only=["validation"], measurements=fast_measurements, progress=False)
     profile.unlink()  # the report must not need it
     text = build_report(out).read_text()
     assert str(profile.parent) not in text and "my-vax" in text  # by its id, as rows name it
