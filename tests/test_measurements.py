@@ -261,3 +261,18 @@ def test_a_network_id_may_hold_a_version_dot(tmp_path):
         path.write_text(text.replace('id = "llama3.1-8b"', f'id = "{bad}"'))
         with pytest.raises(InputError, match="kebab-case"):
             load_network(str(path))
+
+
+def test_a_measurement_names_its_framework_from_the_declared_list(tmp_path) -> None:
+    from memwall.errors import InputError
+    from memwall.study.measurements import load_measurement_file
+
+    text = (Path(__file__).parent / "data" / "measurements" / "good_gemm.toml").read_text()
+    good = tmp_path / "good.toml"
+    good.write_text(text.replace("[[measurement]]\n", '[[measurement]]\nframework = "library"\n', 1))
+    assert load_measurement_file(good)[0].framework == "library"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("[[measurement]]\n", '[[measurement]]\nframework = "pytorch"\n', 1))
+    with pytest.raises(InputError, match="framework") as err:
+        load_measurement_file(bad)
+    assert "pytorch-eager" in str(err.value)  # the choices are named

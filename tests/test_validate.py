@@ -350,3 +350,26 @@ notes = "a probe on eight devices"
     write_validation(tmp_path / "quick", folder, jobs=1, one_device=True)
     ids = [c["id"] for c in json.loads((tmp_path / "quick" / "validation.json").read_text())["cases"]]
     assert ids == ["probe-a100-sxm"]
+
+
+def test_calibration_groups_by_era_kind_and_framework_and_knows_which_side_is_optimistic() -> None:
+    def result(ratio: float, metric: str, framework: str | None, year: int = 2022) -> CaseResult:
+        return CaseResult(id="x", machine="m", workload="w", metric=metric, measured=1.0, predicted=ratio,
+                          ratio=ratio, status="ok", check="point", bound=None, reliability="high", notes="",
+                          explanation=None, source="", year=year, kind="gpu", framework=framework)
+
+    # a rate above the measurement is optimistic; a time, joules or watts below it is
+    assert result(1.5, "flops", None).optimistic and not result(0.5, "tokens_per_second", None).optimistic
+    assert result(0.5, "seconds", None).optimistic and result(0.3, "watts", None).optimistic
+    assert not result(3.0, "joules", None).optimistic and result(4.0, "tokens_per_joule", None).optimistic
+    rs = [result(1.5, "flops", "megatron"), result(0.5, "seconds", "megatron"), result(3.0, "seconds", "megatron"),
+          result(1.1, "tokens_per_second", "vllm"), result(1.0, "flops", None, year=1986)]
+    s = summarize(rs)
+    rows = {(r["era"], r["framework"]): r for r in s["calibration"]}
+    megatron = rows[("2013-: GPUs and TPUs", "megatron")]
+    assert megatron["count"] == 3 and megatron["median_ratio"] == 1.5 and megatron["kind"] == "gpu"
+    assert megatron["within_2x"] == pytest.approx(2 / 3) and megatron["optimistic_share"] == pytest.approx(2 / 3)
+    assert rows[("1976-1995: vector and scalar machines", "unstated")]["optimistic_share"] == 0.0
+    assert s["optimistic_share"] == pytest.approx(3 / 5)
+    text = format_table(rs, s)
+    assert "calibration: era, machine kind, framework" in text and "optimistic (faster or cheaper" in text

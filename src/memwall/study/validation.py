@@ -49,6 +49,8 @@ from .measurements import Measurement
 
 Predictor = Callable[[Case], Mapping[str, Any]]
 
+# Metrics where a smaller prediction is the optimistic one (the others are rates).
+LOWER_IS_BETTER = ("seconds", "seconds_per_token", "joules", "watts")
 BAND = 2.0  # a prediction within a factor of BAND of the measurement counts as "within 2x"
 
 
@@ -73,6 +75,15 @@ class CaseResult:
     year: int | None
     error: str | None = None  # the reason, when status is not ok
     kind: str | None = None  # the machine's kind (gpu, vector, array, ...), for the table by kind
+    framework: str | None = None  # the software that ran the measured step (Measurement.framework)
+
+    @property
+    def optimistic(self) -> bool | None:
+        """Whether the prediction is on the optimistic side of the measurement: faster,
+        or cheaper in energy (a time, joules or watts below it; a rate above it)."""
+        if self.ratio is None or self.ratio == 1.0:
+            return None if self.ratio is None else False
+        return self.ratio < 1.0 if self.metric in LOWER_IS_BETTER else self.ratio > 1.0
 
     @property
     def log2_ratio(self) -> float | None:
@@ -237,7 +248,7 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
             id=m.id, machine=m.machine, workload=m.workload, metric=m.metric, measured=m.value,
             predicted=predicted, ratio=ratio, status=status, check=m.check, bound=bound,
             reliability=m.reliability, notes=m.notes, explanation=m.explanation, source=m.source,
-            year=m.year if m.year is not None else year, error=error, kind=kind,
+            year=m.year if m.year is not None else year, error=error, kind=kind, framework=m.framework,
         ))
     return results
 
@@ -280,7 +291,23 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "by_kind": _grouped(point, lambda r: r.kind or "unknown"),
         # speed (time, rates) and energy (joules, watts, tokens per joule) are judged apart
         "by_quantity": _grouped(point, lambda r: "energy" if r.metric in ENERGY_METRICS else "speed"),
+        "optimistic_share": sum(1 for r in point if r.optimistic) / len(point) if point else None,
+        "calibration": calibration(point),
     }
+
+
+def calibration(point: Sequence[CaseResult]) -> list[dict[str, Any]]:
+    """One row per (era, machine kind, framework) of point checks: how many, the median
+    predicted ÷ measured, the share within 2x, and the share on the optimistic side (a
+    prediction faster or cheaper than measured; :attr:`CaseResult.optimistic`)."""
+    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
+    for r in point:
+        groups.setdefault((era_of(r.year), r.kind or "unknown", r.framework or "unstated"), []).append(r)
+    return [{"era": era, "kind": kind, "framework": framework, "count": len(rs),
+             "median_ratio": statistics.median(r.ratio for r in rs if r.ratio is not None),
+             "within_2x": sum(1 for r in rs if r.within_band) / len(rs),
+             "optimistic_share": sum(1 for r in rs if r.optimistic) / len(rs)}
+            for (era, kind, framework), rs in sorted(groups.items())]
 
 
 def _grouped(point: Sequence[CaseResult], key: Callable[[CaseResult], str]) -> dict[str, dict[str, Any]]:
@@ -331,6 +358,8 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
         + ", within 2x: " + ("-" if share is None else f"{share:.0%}")
     )
     lines.append(f"bound checks: {summary['bounds_held']} of {summary['bound_cases']} held")
+    if summary.get("optimistic_share") is not None:
+        lines.append(f"optimistic (faster or cheaper than measured): {summary['optimistic_share']:.0%} of point checks")
     for title, key in (("by era", "by_era"), ("by machine kind", "by_kind"), ("by quantity", "by_quantity")):
         groups = summary.get(key) or {}
         if groups:
@@ -339,6 +368,14 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
             lines.extend(f"  {name.ljust(width)}  {g['point_cases']:3d}  {g['median_abs_log2_ratio']:.3f} "
                          f"({2 ** g['median_abs_log2_ratio']:.2f}x)  {g['share_within_2x']:.0%}"
                          for name, g in groups.items())
+    rows = summary.get("calibration") or []
+    if rows:
+        lines.append("calibration: era, machine kind, framework: point checks, median predicted/measured, within 2x, "
+                     "optimistic (faster or cheaper than measured)")
+        names = [" | ".join((r["era"], r["kind"], r["framework"])) for r in rows]
+        width = max(len(n) for n in names)
+        lines.extend(f"  {n.ljust(width)}  {r['count']:3d}  {r['median_ratio']:.3g}  {r['within_2x']:.0%}  "
+                     f"{r['optimistic_share']:.0%}" for n, r in zip(names, rows, strict=True))
     for status, ids in summary["not_predicted"].items():
         lines.append(f"{status}: {', '.join(ids)}")
     return "\n".join(lines)
