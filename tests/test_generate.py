@@ -236,3 +236,16 @@ def test_measurement_files_take_a_request(tmp_path: Path):
     assert predicted_metric("seconds_per_token", prediction) == 0.01
     with pytest.raises(InputError):  # a request of one token has no decode step to time
         predicted_metric("seconds_per_token", {"seconds": 1.0, "serving": {"seconds_per_token": None}})
+
+
+def test_a_sweep_costs_a_request_before_it_runs_and_refuses_one_over_the_limit() -> None:
+    from memwall.execute.sweep import plan_costs
+    from memwall.simulation.generate import GENERATE_SAMPLES
+
+    request = Case(machine="h100-sxm", network="gpt2-small", phase="generate", prompt=64, output=32, batch=4)
+    prefill = Case(machine="h100-sxm", network="gpt2-small", phase="prefill", context=64, batch=4)
+    middle = Case(machine="h100-sxm", network="gpt2-small", phase="decode", context=64 + 15, batch=4)
+    cost = plan_costs([request], None)
+    assert cost.lookups == plan_costs([prefill], None).lookups + GENERATE_SAMPLES * plan_costs([middle], None).lookups
+    assert not cost.refused
+    assert "--max-lookups" in plan_costs([request], 1000).refused[request]

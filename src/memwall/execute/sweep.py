@@ -30,6 +30,7 @@ from ..simulation.checks import validate
 from ..simulation.plan import ENGINE_RATE, TYPICAL_RATE, duration
 from ..simulation.row import COLUMNS, case_key, make_row, row_order
 from ..study.identity import load_machine_spec, machine_info
+from ..vocabulary import GENERATE
 from .cache import cases_cache
 from .dask import SCHEDULER_TIMEOUT, check_scheduler_address, run_dask, scheduler_is_local
 from .feeder import Feeder
@@ -84,6 +85,9 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
     plan = SweepPlan()
     planned: set[str] = set()  # replay keys already costed (each is replayed once)
     for case in cases:
+        if case.phase == GENERATE:
+            _plan_request(case, plan, prepared, machines, max_lookups)
+            continue
         try:
             step = prepared.step(case)
             if case.machine not in machines:
@@ -102,6 +106,31 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
         planned.add(key)
         plan.lookups += replay.lookups
     return plan
+
+
+def _plan_request(case: Case, plan: SweepPlan, prepared: Any, machines: dict[str, Machine],
+                  max_lookups: int | None) -> None:
+    """A whole request's cost: its prefill and its decode step at the middle context, that
+    step counted as many times as the integration simulates at least
+    (:data:`memwall.simulation.generate.GENERATE_SAMPLES`); each part refused on its own as
+    :func:`memwall.simulation.run_case` would refuse it. Its replays are not shared with
+    other cases (a request's steps are its own)."""
+    from ..simulation import check_cost
+    from ..simulation.generate import GENERATE_SAMPLES, request_parts
+    from ..simulation.plan import plan_replay
+
+    try:
+        prefill, decode = request_parts(case)
+        if case.machine not in machines:
+            machines[case.machine] = load_machine_spec(case.machine)
+        machine = machines[case.machine]
+        for part, times in ((prefill, 1), (decode(case.prompt + max(0, case.output - 2) // 2), GENERATE_SAMPLES)):
+            replay = plan_replay(machine, prepared.step(part))
+            check_cost(replay, max_lookups)
+            plan.lookups += times * replay.lookups
+    except InputError as err:
+        if err.field == "--max-lookups":
+            plan.refused[case] = f"{type(err).__name__}: {err}"
 
 
 @dataclass
