@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import cache
 from typing import Any
 
 from memwall.options import Case
 from memwall.profiles import load_machine
+from memwall.progress import Phase
 from memwall.simulation import run_case
 
 DECODE_MACHINES = ("v100-sxm2", "a100-sxm", "h100-sxm", "h200", "b200")
@@ -29,8 +31,19 @@ def _arithmetic(e: dict[str, Any]) -> float:
     return sum(v for k, v in e["joules_by_component"].items() if k.startswith("arithmetic."))
 
 
+PHASE: Phase | None = None  # the run's progress line: every step run is one item
+
+
+@cache
+def _run(case: Case) -> Any:
+    """One step, run once however many tables ask for it (the crossover walks the decode batches again)."""
+    if PHASE is not None:
+        PHASE.update()
+    return run_case(case)
+
+
 def decode(machine: str, batch: int, context: int = 512) -> dict[str, Any]:
-    r = run_case(Case(machine=machine, network="llama3-8b", phase="decode", context=context, batch=batch))
+    r = _run(Case(machine=machine, network="llama3-8b", phase="decode", context=context, batch=batch))
     e = r["energy"]
     if e is None:
         return {"machine": machine, "batch": batch, "energy": None}
@@ -43,7 +56,7 @@ def decode(machine: str, batch: int, context: int = 512) -> dict[str, Any]:
 
 
 def nettalk(machine: str) -> dict[str, Any]:
-    r = run_case(Case(machine=machine, network="nettalk", batch=1, updates="per-example"))
+    r = _run(Case(machine=machine, network="nettalk", batch=1, updates="per-example"))
     e = r["energy"]
     if e is None:
         return {"machine": machine, "energy": None}
@@ -56,8 +69,8 @@ def crossover(machine: str, context: int = 512, most: int = 4096) -> int | None:
     """The first power-of-two batch whose arithmetic joules exceed its main-memory joules."""
     batch = 1
     while batch <= most:
-        e = run_case(Case(machine=machine, network="llama3-8b", phase="decode", context=context,
-                          batch=batch))["energy"]
+        e = _run(Case(machine=machine, network="llama3-8b", phase="decode", context=context,
+                      batch=batch))["energy"]
         if e is None:
             return None
         if _arithmetic(e) > e["joules_by_component"]["memory"]:
@@ -71,12 +84,15 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--context", type=int, default=512, help="decode context in tokens (default 512)")
     args = p.parse_args()
+    global PHASE
+    PHASE = Phase("energy_wall", "running the steps", unit="step")
     out = {
         "decode": [decode(m, b, args.context) for m in DECODE_MACHINES for b in BATCHES],
         "nettalk": [nettalk(m) for m in NETTALK_MACHINES],
         "crossover": {m: crossover(m, args.context) for m in ("h100-sxm",)
                       if load_machine(m).energy is not None},
     }
+    PHASE.close()
     if args.json:
         print(json.dumps(out, indent=1))
         return

@@ -17,7 +17,7 @@ the time did not already answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
@@ -116,14 +116,13 @@ def kernel_joules(machine: Machine, kernel: KernelTiming, iterations: int = 1,
 
 def link_joules(machine: Machine, comms: Sequence[CommTiming], unstated: set[str] | None = None) -> float:
     """Joules of the bits one device sends: each link class's bytes x 8 x its energy per bit."""
-    ic = machine.interconnect
     total = 0.0
     for c in comms:
         for link_name, nbytes in c.link_bytes.items():
-            link = getattr(ic, link_name, None) if ic is not None else None
-            link = link or (ic.node if ic is not None else None)  # one node's profile: its link carries all
             if not nbytes:
                 continue
+            # bytes on a class of link only where the profile states it (the collectives refuse otherwise)
+            link = getattr(machine.interconnect, link_name, None)
             if link is None or link.energy is None:
                 if unstated is not None:
                     unstated.add(f"interconnect.{link_name}.energy")
@@ -182,6 +181,13 @@ def energy_table(machine: Machine, devices: Iterable[tuple[float, Mapping[str, f
     by_component = {k: components.get(k, 0.0) for k in order}
     by_component[STATIC] = spec.static * seconds * device_count
     by_component[HOST] = components.get(HOST, 0.0)
+    return _table(by_component, spec.tdp, seconds, device_count, tokens, connection_updates, unstated)
+
+
+def _table(by_component: dict[str, float], tdp: float, seconds: float, device_count: int, tokens: float,
+           connection_updates: float, unstated: Iterable[str]) -> EnergyTable:
+    """The table of joules by component: the total, the share moving data, the average
+    power per device and the work per joule (None where there is no such work)."""
     total = sum(by_component.values())
     moving = sum(v for k, v in by_component.items() if k not in (STATIC, HOST) and not k.startswith(ARITHMETIC))
 
@@ -191,7 +197,7 @@ def energy_table(machine: Machine, devices: Iterable[tuple[float, Mapping[str, f
     return EnergyTable(
         joules=total, joules_by_component=by_component,
         data_movement_share=moving / total if total > 0 else 0.0,
-        watts_average=total / seconds / device_count if seconds > 0 else 0.0, tdp=spec.tdp,
+        watts_average=total / seconds / device_count if seconds > 0 else 0.0, tdp=tdp,
         tokens_per_joule=per_joule(tokens), cups_per_joule=per_joule(connection_updates),
         unstated=sorted(set(unstated)))
 
@@ -204,20 +210,12 @@ def summed_table(tables: Sequence[tuple[float, EnergyTable | None]], seconds: fl
     ``tokens``. None where a table is None (the profile states no [energy])."""
     if not tables or any(t is None for _, t in tables):
         return None
+    steps = [(w, t) for w, t in tables if t is not None]
     components: dict[str, float] = {}
-    for w, t in tables:
-        assert t is not None
+    for w, t in steps:
         _add(components, t.joules_by_component, w)
-    total = sum(components.values())
-    moving = sum(v for k, v in components.items() if k not in (STATIC, HOST) and not k.startswith(ARITHMETIC))
-    first = tables[0][1]
-    assert first is not None
-    return EnergyTable(
-        joules=total, joules_by_component=components,
-        data_movement_share=moving / total if total > 0 else 0.0,
-        watts_average=total / seconds / device_count if seconds > 0 else 0.0, tdp=first.tdp,
-        tokens_per_joule=tokens / total if tokens > 0 and total > 0 else None, cups_per_joule=None,
-        unstated=sorted({u for _, t in tables if t is not None for u in t.unstated}))
+    return _table(components, steps[0][1].tdp, seconds, device_count, tokens, 0.0,
+                  (u for _, t in steps for u in t.unstated))
 
 
 def energy_warnings(machine: Machine, table: EnergyTable | None) -> list[str]:
@@ -226,13 +224,11 @@ def energy_warnings(machine: Machine, table: EnergyTable | None) -> list[str]:
     # a relative margin: a profile whose static power is its rating (an ECL machine) sums to it
     if table is None or table.watts_average <= table.tdp * (1 + 1e-9):
         return []
-    watts = {k: v / max(table.joules, 1e-300) * table.watts_average for k, v in table.joules_by_component.items()}
+    watts = {k: v / table.joules * table.watts_average for k, v in table.joules_by_component.items()}
     top = max(watts, key=lambda k: watts[k])
     return [f"average power {table.watts_average:.4g} W per device is above {machine.id}'s energy.tdp "
             f"{table.tdp:.4g} W: the energy figures overstate it (the largest share: {top}, {watts[top]:.4g} W)"]
 
 
 def as_json(table: EnergyTable | None) -> dict[str, Any] | None:
-    from dataclasses import asdict
-
     return None if table is None else asdict(table)
