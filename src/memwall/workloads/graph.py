@@ -220,7 +220,7 @@ class Graph:
 
     def add(self, op: Op) -> Op:
         op = replace(op, layer=self.layer, group=self.group, block=self.block)
-        for w in op.writes:  # a tensor written again (a gradient summed in place) needs a new cast
+        for w in op.writes if self.cast_roots else ():  # a tensor written again (summed in place) needs a new cast
             for t in self.cast_roots.pop(self.root(w)[0], ()):
                 self.casts.pop(t, None)
                 self.narrow.pop((t, False), None)
