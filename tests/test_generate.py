@@ -244,8 +244,10 @@ def test_a_sweep_costs_a_request_before_it_runs_and_refuses_one_over_the_limit()
 
     request = Case(machine="h100-sxm", network="gpt2-small", phase="generate", prompt=64, output=32, batch=4)
     prefill = Case(machine="h100-sxm", network="gpt2-small", phase="prefill", context=64, batch=4)
-    middle = Case(machine="h100-sxm", network="gpt2-small", phase="decode", context=64 + 15, batch=4)
+    decodes = [Case(machine="h100-sxm", network="gpt2-small", phase="decode", context=c, batch=4)
+               for c in (64, 64 + 15, 64 + 30)]  # the first, middle and last contexts the integration simulates
+    assert len(decodes) == GENERATE_SAMPLES
     cost = plan_costs([request], None)
-    assert cost.lookups == plan_costs([prefill], None).lookups + GENERATE_SAMPLES * plan_costs([middle], None).lookups
+    assert cost.lookups == sum(plan_costs([c], None).lookups for c in (prefill, *decodes))
     assert not cost.refused
     assert "--max-lookups" in plan_costs([request], 1000).refused[request]

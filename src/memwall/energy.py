@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .timing import CommTiming
 
 ARITHMETIC, INTERCONNECT, STATIC, HOST = "arithmetic", "interconnect", "static", "host"
+POWER_WARNING = "average power"  # how the warning above the rated power begins
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def device_joules(timing: StepTiming, comms: Sequence[CommTiming] = (),
 
 def kernel_total_joules(machine: Machine, kernel: KernelTiming, iterations: int) -> float | None:
     """A kernel row's ``joules``: its dynamic joules and the static power over its seconds
-    (on one device, the step's joules are the sum of its kernels')."""
+    (on one device, the step's joules are the sum of its kernels', the host's excepted)."""
     if machine.energy is None:
         return None
     dynamic = sum(kernel_joules(machine, kernel, iterations).values())
@@ -221,13 +222,23 @@ def summed_table(tables: Sequence[tuple[float, EnergyTable | None]], seconds: fl
 def energy_warnings(machine: Machine, table: EnergyTable | None) -> list[str]:
     """A step whose average power per device is above the profile's rated power: the
     figures, or the step, describe no real run of that machine."""
-    # a relative margin: a profile whose static power is its rating (an ECL machine) sums to it
-    if table is None or table.watts_average <= table.tdp * (1 + 1e-9):
+    if table is None or table.joules <= 0:
         return []
-    watts = {k: v / table.joules * table.watts_average for k, v in table.joules_by_component.items()}
+    # the device's own power: the host's share is the host CPUs', which the device's rating does not bound
+    watts = {k: v / table.joules * table.watts_average for k, v in table.joules_by_component.items() if k != HOST}
+    device = sum(watts.values())
+    # a relative margin: a profile whose static power is its rating (an ECL machine) sums to it
+    if device <= table.tdp * (1 + 1e-9):
+        return []
     top = max(watts, key=lambda k: watts[k])
-    return [f"average power {table.watts_average:.4g} W per device is above {machine.id}'s energy.tdp "
+    return [f"{POWER_WARNING} {device:.4g} W per device is above {machine.id}'s energy.tdp "
             f"{table.tdp:.4g} W: the energy figures overstate it (the largest share: {top}, {watts[top]:.4g} W)"]
+
+
+def with_power_warning(machine: Machine, warnings: Sequence[str], table: EnergyTable | None) -> list[str]:
+    """``warnings`` with the power warning of an earlier table replaced by ``table``'s
+    (a multi-device step or a whole request, whose energy is not its first step's)."""
+    return [w for w in warnings if not w.startswith(POWER_WARNING)] + energy_warnings(machine, table)
 
 
 def as_json(table: EnergyTable | None) -> dict[str, Any] | None:

@@ -231,7 +231,8 @@ OPTIONS: tuple[Option, ...] = (
             "group, its all-reduces replaced by reduce-scatters and all-gathers; needs --tp > 1 (on | off; the "
             "flag alone is on)"),
     _option("interleave", int, "interleaved 1F1B: virtual pipeline stages a device (the layers split into pp x "
-            "interleave chunks; accumulate a multiple of pp)", DEVICES, default=1, minimum=1, metavar="V"),
+            "interleave chunks; accumulate a multiple of pp)", DEVICES, default=1, minimum=1, metavar="V",
+            phases=TRAIN_ONLY),
     _option("max_positions", int, "rows of the learned position table, for a preset with learned positions "
             "run at a longer sequence than it was trained for (its position weights grow with it)", STEP, minimum=1,
             default_doc="the preset's", metavar="N"),

@@ -50,6 +50,7 @@ def _energy_within_rating(m: Machine, problems: Problems) -> None:
         return
     if e.static > e.tdp:
         problems.add(f"static power {e.static:.4g} W is above the rated {e.tdp:.4g} W", "energy.static", warning=True)
+        return  # every unit would then be over the rating too: one slip, one warning
     draws = {f"energy.{d}": m.peak_flops[d] * j for d, j in e.matrix.items() if m.peak_flops.get(d)}
     if m.memory.energy is not None:
         draws["memory.energy"] = m.memory.bandwidth * m.memory.energy
@@ -139,7 +140,7 @@ def _era_balance(m: Machine, problems: Problems) -> None:
 def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
     """(field, kind of figure, value in SI units) of each figure :data:`PLAUSIBLE` bounds, the clock first."""
     figures = [("clock", "clock", m.clock_hz), ("memory.bandwidth", "bandwidth", m.memory.bandwidth),
-               ("memory.latency", "latency", m.memory.latency)]
+               ("memory.sustained", "bandwidth", m.memory.sustained), ("memory.latency", "latency", m.memory.latency)]
     cycles = [(f"timing.{key}", "cycles", float(m.timing.params[key])) for key in CYCLE_FIGURES
               if isinstance(m.timing.params.get(key), int | float)]
     return figures + [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels

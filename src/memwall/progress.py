@@ -80,6 +80,8 @@ class Phase:
             if self._stop.wait(delay):
                 return
             with self._lock:
+                if self._stop.is_set():  # closed between the wait and the lock: it said nothing, and stays so
+                    return
                 self._start()
         while not self._stop.wait(every):
             with self._lock:

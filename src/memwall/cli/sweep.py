@@ -152,7 +152,7 @@ def _say_what_follows(args: argparse.Namespace) -> None:
     text = f"after the cases, {len(figures)} figures (about {duration(len(figures) * FIGURE_SECONDS)})"
     if not args.no_validation:
         needed, todo = predictions_to_make(one_device=args.quick)
-        workers = max(1, min(args.jobs or default_jobs(), todo or 1))
+        workers = max(1, min(default_jobs(), todo or 1))  # the validation's pool is the machine's, not --jobs
         text += (f" and the validation: {needed} predictions, {needed - todo} already in the cache, about "
                  f"{duration(todo * PREDICTION_SECONDS / workers)}")
     print(f"memwall sweep: {text}", file=sys.stderr)

@@ -110,24 +110,23 @@ def plan_costs(cases: Sequence[Case], max_lookups: int | None) -> SweepPlan:
 
 def _plan_request(case: Case, plan: SweepPlan, prepared: Any, machines: dict[str, Machine],
                   max_lookups: int | None) -> None:
-    """A whole request's cost: its prefill and its decode step at the middle context, that
-    step counted as many times as the integration simulates at least
-    (:data:`memwall.simulation.generate.GENERATE_SAMPLES`); each part refused on its own as
+    """A whole request's cost: its prefill and its decode steps at the contexts the
+    integration simulates first (:func:`memwall.simulation.generate.sampled_contexts`,
+    the last and largest among them), each refused on its own as
     :func:`memwall.simulation.run_case` would refuse it. Its replays are not shared with
     other cases (a request's steps are its own)."""
     from ..simulation import check_cost
-    from ..simulation.generate import GENERATE_SAMPLES, request_parts
+    from ..simulation.generate import request_parts, sampled_contexts
     from ..simulation.plan import plan_replay
 
     try:
         prefill, decode = request_parts(case)
         if case.machine not in machines:
             machines[case.machine] = load_machine_spec(case.machine)
-        machine = machines[case.machine]
-        for part, times in ((prefill, 1), (decode(case.prompt + max(0, case.output - 2) // 2), GENERATE_SAMPLES)):
-            replay = plan_replay(machine, prepared.step(part))
+        for part in (prefill, *(decode(c) for c in sampled_contexts(case.prompt, case.output))):
+            replay = plan_replay(machines[case.machine], prepared.step(part))
             check_cost(replay, max_lookups)
-            plan.lookups += times * replay.lookups
+            plan.lookups += replay.lookups
     except InputError as err:
         if err.field == "--max-lookups":
             plan.refused[case] = f"{type(err).__name__}: {err}"
@@ -236,7 +235,9 @@ def run_sweep(
         rec = store.get(keys[case])
         if rec is None or rec.get("status") != "ok":
             cached = shared_cases.get(keys[case]) if shared_cases is not None else None
-            if cached is not None and cached.get("status") == "ok":
+            # a result another folder got by --allow-fallback is not this sweep's unless it allows it too
+            fallback = cached is not None and (cached.get("result") or {}).get("dtype_fallback") is not None
+            if cached is not None and cached.get("status") == "ok" and (allow_fallback or not fallback):
                 store.put(cached)
                 from_cache += 1
                 continue
@@ -268,7 +269,7 @@ def run_sweep(
             record = {"key": keys[case], "status": row["status"], "error": err, "case": case.as_dict(),
                       "model": MODEL_VERSION, "row": row, "result": outcome.get("result")}
             store.put(record)
-            if shared_cases is not None and not err:
+            if shared_cases is not None and not err and (outcome.get("result") or {}).get("dtype_fallback") is None:
                 try:
                     shared_cases.put(record)
                 except OSError:  # a cache that cannot be written costs the reuse, never the case

@@ -27,7 +27,7 @@ NUMBER = 16
 NAME = "energy_share"
 TITLE = "Where a step's energy goes: data movement against arithmetic and static power"
 CAPTION = ("The joules of one step by component, as shares, for NETtalk trained per example (batch 1, an update "
-           "per example) and batched (batch 64, one update per batch) on machines from 1978 to 2024, and for "
+           "per example) and batched (batch 64, one update per batch) on machines from 1976 to 2024, and for "
            "Llama 3 8B decoding one token at batch 1 against a 512-token context on three GPUs. Left: shares of "
            "all the step's joules; right: of its dynamic joules (static power and the host left out). Data "
            "movement (hatched) is every memory level's bytes at its energy per byte, main memory's and the "

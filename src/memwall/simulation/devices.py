@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..energy import device_joules, energy_table, energy_warnings
+from ..energy import device_joules, energy_table, with_power_warning
 from ..errors import InputError
 from ..interconnect import bubble_fraction
 from ..options import Case
@@ -70,14 +70,16 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     times = stages(machine)
     b, device = time_pipeline(times, par.pp, k, par.interleave)
     step = steps[b][1]
-    groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device)
+    groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device,
+                         network.connections)
     if config.serving:  # every replica's tokens; the per-device rate beside them
         groups = replace(groups, serving=serving_figures(step, device.seconds, machine.memory.capacity,
                                                          devices=par.devices, replicas=par.replicas))
     return finished(groups, machine)
 
 
-def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int, device: StepTiming) -> Groups:
+def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int, device: StepTiming,
+                connections: int) -> Groups:
     """Turn the slowest device's result (stage ``b``'s, as :func:`time_pipeline` chose it)
     into the step's: FLOPs and throughput over every device, its communication, each
     stage's slot and ledger, ZeRO's per-device ledger."""
@@ -119,11 +121,10 @@ def _whole_step(result: Groups, par: Parallel, steps: list, times: list, b: int,
     unstated: set[str] = set()
     kinds = [(st.count * replicas, device_joules(t.timing, t.comms, unstated))
              for (st, _), t in zip(steps, times, strict=True)]
-    updates = par.dp * device.connections * device.examples if cfg.training else 0
+    updates = examples * connections if cfg.training else 0  # the whole network's, every replica's examples
     energy = energy_table(machine, kinds, seconds, par.devices, tokens=tokens, connection_updates=updates,
                           unstated=unstated)
-    warnings = [w for w in result.warnings if "at its peak" not in w and not w.startswith("average power")]
-    warnings += energy_warnings(machine, energy)
+    warnings = with_power_warning(machine, [w for w in result.warnings if "at its peak" not in w], energy)
     if not fits:
         worst = max(stage_rows, key=lambda r: r["ledger"]["peak"])
         warnings.insert(0, capacity_warning(worst["ledger"]["peak"], machine, f"a device of stage {worst['stage']}"))

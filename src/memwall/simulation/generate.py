@@ -23,9 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
-from ..energy import energy_warnings, summed_table
+from ..energy import summed_table, with_power_warning
 from ..errors import InputError
 from ..options import Case
 from ..profiles import Machine
@@ -112,12 +110,20 @@ def decode_weights(contexts: Sequence[int], prompt: int, output: int) -> list[fl
     """The decode steps each sampled context stands for: step c of P ... P + N - 2 is
     interpolated linearly between the sampled contexts around it, so sampled context s
     carries the sum over c of its hat function at c (exact where a step's cost is linear
-    in its context). They sum to N - 1; with every context sampled, each is 1."""
+    in its context). They sum to N - 1; with every context sampled, each is 1. The sampled
+    contexts run from P to P + N - 2, so each segment [a, b] of length L gives its steps
+    a ... b - 1 to its ends in closed form: (L + 1)/2 to a, (L - 1)/2 to b; the last
+    context carries its own step (the sums of the hat functions, without a value per step)."""
     if not contexts:
         return []
-    every = np.arange(prompt, prompt + output - 1)
-    basis = np.eye(len(contexts))
-    return [float(np.interp(every, contexts, basis[i]).sum()) for i in range(len(contexts))]
+    assert contexts[0] == prompt and contexts[-1] == prompt + output - 2, (contexts, prompt, output)
+    weights = [0.0] * len(contexts)
+    for i in range(len(contexts) - 1):
+        length = contexts[i + 1] - contexts[i]
+        weights[i] += (length + 1) / 2
+        weights[i + 1] += (length - 1) / 2
+    weights[-1] += 1.0
+    return weights
 
 
 def request_parts(case: Case) -> tuple[Case, Callable[[int], Case]]:
@@ -400,7 +406,7 @@ def combine(case: Case, request: Request, prefill: Result, decodes: Sequence[Res
     warnings = list(dict.fromkeys(w for _, r in parts for w in r["warnings"]))
     energy = summed_table([(w, r.energy) for w, r in parts], seconds, par.devices, tokens=tokens)
     if energy is not None:  # the request's average power, not a step's
-        warnings = [w for w in warnings if not w.startswith("average power")] + energy_warnings(machine, energy)
+        warnings = with_power_warning(machine, warnings, energy)
     last = parts[-1][1].groups
     groups = Groups(
         identity=replace(last.identity, phase=GENERATE),
@@ -413,8 +419,9 @@ def combine(case: Case, request: Request, prefill: Result, decodes: Sequence[Res
         seed=_seed(parts),
         devices=_devices(parts, prefill, weighted, largest_part, seconds, examples, tokens),
         warnings=warnings,
-        serving=_serving(request, parts, ttft, seconds, par.devices, par.dp),
+        serving=_serving(request, parts, ttft, seconds, par.devices, par.replicas),
         dtype_fallback=next((r.dtype_fallback for _, r in parts if r.dtype_fallback is not None), None),
         energy=energy,
+        what_if=last.what_if,
     )
     return finished(groups, machine)

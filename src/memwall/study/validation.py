@@ -126,7 +126,8 @@ def _energy_metric(metric: str, prediction: Mapping[str, Any]) -> float:
                          "[energy] figures", field="metric")
     key = ENERGY_METRICS[metric]
     if not energy.get(key):
-        raise InputError(f"the prediction has no {key!r}: the step has no tokens", field="metric")
+        why = "the step has no tokens" if metric == "tokens_per_joule" else "it is zero"
+        raise InputError(f"the prediction has no {key!r}: {why}", field="metric")
     return float(energy[key])
 
 
@@ -298,13 +299,15 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
 
 def calibration(point: Sequence[CaseResult]) -> list[dict[str, Any]]:
     """One row per (era, machine kind, framework) of point checks: how many, the median
-    predicted ÷ measured, the share within 2x, and the share on the optimistic side (a
-    prediction faster or cheaper than measured; :attr:`CaseResult.optimistic`)."""
+    ratio oriented so that above 1 is optimistic (predicted ÷ measured for a rate, measured
+    ÷ predicted for a time, joules or watts: a group mixing both reads as one), the share
+    within 2x, and the share on the optimistic side (:attr:`CaseResult.optimistic`)."""
     groups: dict[tuple[str, str, str], list[CaseResult]] = {}
     for r in point:
         groups.setdefault((era_of(r.year), r.kind or "unknown", r.framework or "unstated"), []).append(r)
     return [{"era": era, "kind": kind, "framework": framework, "count": len(rs),
-             "median_ratio": statistics.median(r.ratio for r in rs if r.ratio is not None),
+             "median_ratio": statistics.median(r.ratio if r.metric not in LOWER_IS_BETTER else 1 / r.ratio
+                                               for r in rs if r.ratio),
              "within_2x": sum(1 for r in rs if r.within_band) / len(rs),
              "optimistic_share": sum(1 for r in rs if r.optimistic) / len(rs)}
             for (era, kind, framework), rs in sorted(groups.items())]
@@ -370,8 +373,9 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
                          for name, g in groups.items())
     rows = summary.get("calibration") or []
     if rows:
-        lines.append("calibration: era, machine kind, framework: point checks, median predicted/measured, within 2x, "
-                     "optimistic (faster or cheaper than measured)")
+        lines.append("calibration: era, machine kind, framework: point checks, median ratio (above 1 optimistic: "
+                     "predicted/measured for a rate, measured/predicted for a time or energy), within 2x, optimistic "
+                     "(faster or cheaper than measured)")
         names = [" | ".join((r["era"], r["kind"], r["framework"])) for r in rows]
         width = max(len(n) for n in names)
         lines.extend(f"  {n.ljust(width)}  {r['count']:3d}  {r['median_ratio']:.3g}  {r['within_2x']:.0%}  "

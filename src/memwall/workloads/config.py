@@ -153,8 +153,8 @@ class TrainingConfig:
                 if self.phase == "train":
                     raise InputError(f"{name} applies to inference phases, not train", field=name)
         if self.dtype in BLOCK_FORMATS and self.weights not in (None, self.dtype) and not self.training:
-            raise InputError(f"{self.dtype} products read {self.dtype} weights: --weights {self.weights} would be "
-                             "dequantized to a type narrower than itself (give --weights with a 16-bit --dtype)",
+            raise InputError(f"{self.dtype} products read their weights in {self.dtype}: leave out --weights or "
+                             f"give --weights {self.dtype} (weight-only formats take a 16-bit --dtype)",
                              field="weights")
         if self.kv_dtype is not None and not serving:
             raise InputError("kv_dtype applies to decode and prefill (the phases with a KV cache)", field="kv_dtype")

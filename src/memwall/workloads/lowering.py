@@ -242,26 +242,33 @@ def _ops(kernel: Kernel) -> _Operands:
     assert kernel.dims is not None
     m, n, k = kernel.dims
     # a product in a type narrower than a byte (fp4, fp6 block formats) reads fractional bytes an element
-    e: Any = Fraction(DTYPE_BITS[kernel.dtype], 8)
-    e = int(e) if e == int(e) else e
+    e = _element_bytes(kernel.dtype)
     ce = int(kernel.params.get("c_bytes", e))
     a, b = kernel.reads[0], kernel.reads[1]
     c = kernel.writes[0]
     ta, tb = kernel.trans
     stored = kernel.params.get("b_dtype")
-    eb: Any = Fraction(DTYPE_BITS[stored], 8) if stored else e
-    if eb == int(eb):
-        eb = int(eb)
+    eb = _element_bytes(stored) if stored else e
     am, ak = (e, m * e) if ta else (k * e, e)
     bk, bn = (eb, k * eb) if tb else (n * eb, eb)
-    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, _whole(m * k * e), _whole(k * n * eb),
-                     m * n * ce, eb)
+    return _Operands(e, ce, m, n, k, a, b, c, am, ak, bk, bn, n * ce, ce, _whole(m * k * e, kernel.dtype, "dtype"),
+                     _whole(k * n * eb, stored or kernel.dtype, "weights" if stored else "dtype"), m * n * ce, eb)
 
 
-def _whole(x: Any) -> int:
-    """Bytes of a narrow operand's piece: whole bytes, or the product cannot be lowered."""
+def _element_bytes(dtype: str) -> Any:
+    """Bytes of one element: an int where whole, a Fraction for types narrower than a byte."""
+    e = Fraction(DTYPE_BITS[dtype], 8)
+    return int(e) if e == int(e) else e
+
+
+def _whole(x: Any, dtype: str | None = None, field: str = "weights") -> int:
+    """Bytes of a narrow operand's piece: whole bytes, or the product cannot be lowered
+    (``dtype`` and ``field`` name the operand where the caller knows it: the whole operand
+    is checked first, so a piece's check is reached only for the stored-narrow weights)."""
     if x != int(x):
-        raise InputError("int4 weights pack two values a byte: the product needs even dimensions", field="weights")
+        what = f"{dtype} elements are" if dtype else "elements narrower than a byte are"
+        raise InputError(f"{what} packed more than one to a byte: the product's operand of {x} bytes needs dimensions "
+                         "that make it whole bytes (even ones)", field=field)
     return int(x)
 
 
