@@ -151,6 +151,13 @@ def main() -> None:
     ap.add_argument("--no-file", action="store_true", help="skip the file replay")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
+    if args.rounds < 1 or args.c_reps < 1:
+        raise SystemExit("--rounds and --c-reps must be at least 1: nothing would be timed or checked")
+    unknown = sorted(set(t for t in args.only.split(",") if t) - set(TRACES)) + \
+        sorted(set(h for h in args.hier.split(",") if h) - set(HIERARCHIES))
+    if unknown:
+        raise SystemExit(f"unknown trace or hierarchy: {', '.join(unknown)} (traces {', '.join(TRACES)}; "
+                         f"hierarchies {', '.join(HIERARCHIES)})")
     ceiling = args.ceiling or default_ceiling()
     if not (ceiling / "cachelimit.c").exists():
         raise SystemExit(f"no cachelimit.c in {ceiling} (set --ceiling or MEMWALL_CEILING)")
@@ -160,6 +167,7 @@ def main() -> None:
     print(f"CPU {cpu_name()}, {os.cpu_count()} cores; load {load0:.2f} at start; ceiling {ceiling}", flush=True)
     with tempfile.TemporaryDirectory(prefix="memwall-ceiling-") as tmpdir:
         tmp = Path(tmpdir)
+        print("building the C replay (scalar and SIMD) and generating the traces ...", file=sys.stderr, flush=True)
         exes = build(ceiling, tmp)
         subprocess.run([sys.executable, str(ceiling / "dump_traces.py"), "--out", str(tmp), "--only", ",".join(names)],
                        check=True, capture_output=True)

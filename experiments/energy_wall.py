@@ -17,6 +17,7 @@ import json
 from functools import cache
 from typing import Any
 
+from memwall.errors import InputError
 from memwall.options import Case
 from memwall.profiles import load_machine
 from memwall.progress import Phase
@@ -56,6 +57,8 @@ def decode(machine: str, batch: int, context: int = 512) -> dict[str, Any]:
 
 
 def nettalk(machine: str) -> dict[str, Any]:
+    if load_machine(machine).energy is None:  # nothing to price: not run
+        return {"machine": machine, "energy": None}
     r = _run(Case(machine=machine, network="nettalk", batch=1, updates="per-example"))
     e = r["energy"]
     if e is None:
@@ -65,7 +68,10 @@ def nettalk(machine: str) -> dict[str, Any]:
             e["joules_by_component"]["static"] / e["joules"], "watts": e["watts_average"], "tdp": e["tdp"]}
 
 
-def crossover(machine: str, context: int = 512, most: int = 4096) -> int | None:
+MOST = 4096  # the largest decode batch the crossover tries
+
+
+def crossover(machine: str, context: int = 512, most: int = MOST) -> int | None:
     """The first power-of-two batch whose arithmetic joules exceed its main-memory joules."""
     batch = 1
     while batch <= most:
@@ -79,7 +85,7 @@ def crossover(machine: str, context: int = 512, most: int = 4096) -> int | None:
     return None
 
 
-def main() -> None:
+def _main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--context", type=int, default=512, help="decode context in tokens (default 512)")
@@ -116,7 +122,14 @@ def main() -> None:
               f"{row['watts']:.4g} W of {row['tdp']:.4g} W")
     for machine, batch in out["crossover"].items():
         print(f"\n{machine}: arithmetic energy overtakes main-memory energy at decode batch "
-              f"{batch if batch else 'never (up to 4096)'}")
+              f"{batch if batch else f'never (up to {MOST})'}")
+
+
+def main() -> None:
+    try:
+        _main()
+    except InputError as err:  # a bad --context: one line, not a traceback
+        raise SystemExit(f"energy_wall: {err}") from None
 
 
 if __name__ == "__main__":
