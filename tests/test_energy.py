@@ -4,12 +4,11 @@ energy figures are refused naming the field."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from memwall.cli import main
 from memwall.energy import arithmetic_figure, level_bytes
 from memwall.errors import InputError
 from memwall.interconnect import Group, Interconnect, Link, bus_bytes, sent_by_link
@@ -117,15 +116,15 @@ def test_arithmetic_is_priced_at_the_units_that_run_it() -> None:
     assert level_bytes(h100, {"L2": 100.0, "memory": 40.0}) == {"smem": 100.0, "L2": 100.0, "memory": 40.0}
 
 
-def test_a_profile_without_energy_runs_with_energy_null_and_says_so() -> None:
+def test_a_profile_without_energy_runs_with_energy_null_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     m = load_machine_file(GOOD)
     assert m.energy is None
     r = run(m, network="encoder-8-3-8", batch=1, updates="per-example")
     assert r["energy"] is None and r["seconds"] > 0
     assert all(k["joules"] is None for k in r["kernels"])
-    out = subprocess.run([sys.executable, "-m", "memwall", "inspect", "--machine", str(GOOD), "--network",
-                          "encoder-8-3-8", "--batch", "1", "--updates", "per-example"],
-                         capture_output=True, text=True, check=True).stdout
+    assert main(["inspect", "--machine", str(GOOD), "--network", "encoder-8-3-8", "--batch", "1", "--updates",
+                 "per-example", "--no-progress"]) == 0
+    out = capsys.readouterr().out
     assert "energy: not counted (test-good states no [energy] figures" in out
 
 

@@ -69,6 +69,14 @@ class FakePredictor:
 
 # --- conversions: each metric against its closed form --------------------------------------
 
+
+def _result(ratio: float, metric: str = "flops", *, check: str = "point", year: int | None = 2022,
+            kind: str | None = "gpu", framework: str | None = None) -> CaseResult:
+    """A judged case of measured 1.0 and predicted ``ratio``, for the summary's tests."""
+    return CaseResult(id="x", machine="m", workload="w", metric=metric, measured=1.0, predicted=ratio, ratio=ratio,
+                      status="ok", check=check, bound=None, reliability="high", notes="", explanation=None,
+                      source="", year=year, kind=kind, framework=framework)
+
 def test_conversions_closed_forms() -> None:
     s, c, b = 0.25, 18_629, 32
     pred = {"seconds": s, "flops": 6 * c * b, "achieved_flops": 6 * c * b / s, "cups": c * b / s, "cps": 0.0,
@@ -141,9 +149,7 @@ def test_ratio_bound_and_within_band() -> None:
 
 def test_bound_checks() -> None:
     def result(ratio: float, check: str) -> CaseResult:
-        return CaseResult(id="x", machine="m", workload="w", metric="flops", measured=1.0, predicted=ratio,
-                          ratio=ratio, status="ok", check=check, bound=None, reliability="high", notes="",
-                          explanation=None, source="", year=None)
+        return _result(ratio, check=check, year=None, kind=None)
 
     assert result(5.0, "lower-bound-on-prediction").within_band is True
     assert result(0.9, "lower-bound-on-prediction").within_band is False
@@ -170,9 +176,7 @@ def test_summary_median_worst_share_and_bounds_apart() -> None:
 
 def test_summary_groups_point_checks_by_era_and_by_machine_kind() -> None:
     def result(ratio: float, year: int, kind: str, check: str = "point") -> CaseResult:
-        return CaseResult(id="x", machine="m", workload="w", metric="flops", measured=1.0, predicted=ratio,
-                          ratio=ratio, status="ok", check=check, bound=None, reliability="high", notes="",
-                          explanation=None, source="", year=year, kind=kind)
+        return _result(ratio, check=check, year=year, kind=kind)
 
     rs = [result(1.0, 1986, "scalar"), result(4.0, 1989, "array"), result(2.0, 2021, "gpu"),
           result(0.5, 2022, "gpu"), result(8.0, 2022, "gpu"), result(9.0, 2022, "gpu", "lower-bound-on-prediction")]
@@ -188,9 +192,7 @@ def test_summary_groups_point_checks_by_era_and_by_machine_kind() -> None:
 
 def test_summary_judges_speed_and_energy_apart() -> None:
     def result(ratio: float, metric: str) -> CaseResult:
-        return CaseResult(id="x", machine="m", workload="w", metric=metric, measured=1.0, predicted=ratio,
-                          ratio=ratio, status="ok", check="point", bound=None, reliability="high", notes="",
-                          explanation=None, source="", year=2022, kind="gpu")
+        return _result(ratio, metric)
 
     s = summarize([result(1.0, "flops"), result(1.5, "seconds"), result(4.0, "tokens_per_joule"),
                    result(0.25, "watts"), result(1.2, "joules")])
@@ -354,9 +356,7 @@ notes = "a probe on eight devices"
 
 def test_calibration_groups_by_era_kind_and_framework_and_knows_which_side_is_optimistic() -> None:
     def result(ratio: float, metric: str, framework: str | None, year: int = 2022) -> CaseResult:
-        return CaseResult(id="x", machine="m", workload="w", metric=metric, measured=1.0, predicted=ratio,
-                          ratio=ratio, status="ok", check="point", bound=None, reliability="high", notes="",
-                          explanation=None, source="", year=year, kind="gpu", framework=framework)
+        return _result(ratio, metric, year=year, framework=framework)
 
     # a rate above the measurement is optimistic; a time, joules or watts below it is
     assert result(1.5, "flops", None).optimistic and not result(0.5, "tokens_per_second", None).optimistic
