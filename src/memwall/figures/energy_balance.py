@@ -54,6 +54,7 @@ def counts(data: Mapping[str, Any]) -> dict[str, Any]:
     both = _positive(rows, "energy_balance")
     zero = [r for r in rows if r.get("pj_per_flop") == 0 and not r.get("pj_per_byte")]
     byte_only = [r for r in rows if r.get("pj_per_flop") is None and r.get("pj_per_byte")]
+    flop_only = [r for r in rows if r.get("pj_per_flop") and r.get("pj_per_byte") is None]
     statuses: dict[str, int] = {}
     for r in rows:
         for key, value in (("flop_status", "pj_per_flop"), ("byte_status", "pj_per_byte")):
@@ -61,6 +62,7 @@ def counts(data: Mapping[str, Any]) -> dict[str, Any]:
                 statuses[r[key]] = statuses.get(r[key], 0) + 1
     return {"shipped": len(rows) + len(lacking), "both": len(both), "lacking": len(lacking),
             "zero": [r["id"] for r in zero], "byte_only": [r["id"] for r in byte_only],
+            "flop_only": [r["id"] for r in flop_only],
             "statuses": dict(sorted(statuses.items(), key=lambda kv: -kv[1]))}
 
 
@@ -71,6 +73,8 @@ def _note(data: Mapping[str, Any]) -> str:
             f"{c['lacking']} state neither and are left out")
     if c["byte_only"]:
         text += f"; {len(c['byte_only'])} state only main memory's pJ/B ({', '.join(c['byte_only'])})"
+    if c["flop_only"]:
+        text += f"; {len(c['flop_only'])} state only a pJ/FLOP ({', '.join(c['flop_only'])})"
     if c["zero"]:
         text += (f"; {', '.join(c['zero'])} state zero dynamic energy (all static: drawn at rated power ÷ peak "
                  "only)")
@@ -174,6 +178,8 @@ def prose(data: Mapping[str, Any]) -> str:
            f"are left out")
     if c["byte_only"]:
         out += f", {len(c['byte_only'])} state main memory's pJ/B only"
+    if c["flop_only"]:
+        out += f", {len(c['flop_only'])} state a pJ/FLOP only"
     if c["zero"]:
         out += f", and {e(', '.join(c['zero']))} state zero dynamic energy (all static)"
     out += (f". Energy balance runs from {low['energy_balance']:.3g} FLOP/B ({e(low['name'])}, {low['year']}) to "
