@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from memwall.figures import NAMES, energy_balance, energy_per_token, energy_share
+from memwall.simulation import run_case  # bound before any test patches profiles.load_machine
 from memwall.study import energy as study_energy
 
 
@@ -98,8 +99,6 @@ def test_energy_share_runs_only_machines_with_energy(monkeypatch):
     ran = []
 
     def run(case):
-        from memwall.simulation import run_case
-
         ran.append(case.machine)
         return run_case(case)
 
