@@ -38,7 +38,7 @@ _LISTED: dict[Path, tuple[int, tuple[Path, ...]]] = {}
 
 
 def data_files(kind: str) -> list[Path]:
-    """The shipped ``*.toml`` files of one kind: 'machines', 'networks' or 'measurements'."""
+    """The shipped ``*.toml`` files of one kind: 'machines', 'networks', 'frameworks' or 'measurements'."""
     return toml_files(era_data_dir() / kind)
 
 
@@ -46,7 +46,7 @@ def data_version() -> str:
     """A short hash of every shipped data file, so results name the data they used (the
     network files measurements name in ``measurements/networks/`` included)."""
     digest = hashlib.sha256()
-    for kind in ("machines", "networks", "measurements"):
+    for kind in ("machines", "networks", "frameworks", "measurements"):
         folder = era_data_dir() / kind
         extra = sorted(folder.glob("*/*.toml")) if kind == "measurements" else []
         for path in [*data_files(kind), *extra]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any
 
 from .errors import InputError
+from .frameworks import framework_ids
 from .schema import Field
 from .vocabulary import (
     ATTENTIONS,
@@ -43,6 +44,7 @@ from .vocabulary import (
     OPTIMIZERS,
     PHASES,
     SERVING_PHASES,
+    TIMINGS,
     TRAINING_DTYPES,
     UPDATES,
     WEIGHT_DTYPES,
@@ -188,6 +190,14 @@ OPTIONS: tuple[Option, ...] = (
     _option("dispatch", str, "how kernels are issued: eager (kernel by kernel), graph (a captured graph "
             "replayed) or compiled (one program per step)", TIMING, choices=DISPATCH_MODES,
             workloads=(NETWORK, GEMM), default_doc="the machine profile's own"),
+    _option("framework", str, "the framework or runtime that runs the step (era_data/frameworks/<id>.toml): "
+            "its host time per operator, layer pass and step, its synchronisation and its base latency per "
+            "collective (docs/timing.md, 'The framework'); hand-written: the kernels alone", TIMING,
+            choices=framework_ids(), workloads=(NETWORK, GEMM),
+            default_doc="the machine profile's [timing] framework, else hand-written"),
+    _option("timing", str, "how the step is timed: device (the device's stream, step after step) or host (a "
+            "host timer around one step: its launch and a synchronisation round trip added)", TIMING,
+            default="device", choices=TIMINGS, workloads=(NETWORK, GEMM)),
     _option("accumulate", int, "micro-batches of 'batch' per optimizer step (gradient accumulation)", STEP,
             default=1, minimum=1, phases=TRAIN_ONLY, metavar="K"),
     _option("fusion", str, "kernel fusion: none, epilogue (bias and activation in the product), full (also "

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, RetiredField, real_first
+from .frameworks import framework_ids
 from .interconnect import Interconnect, Link
 from .levels import ENERGY_PER_BYTE, LEVEL, STATUSES, Figure, LevelSpec, energy_per_byte, levels_from
 from .plausibility import plausibility, structure
@@ -333,6 +334,9 @@ TIMING = Table("[timing]", (
           "format); false: every element moves as a whole word", required=True, figure="required", when=_VECTOR),
     Field("dispatch", "table", "how kernels are issued: the default mode and each mode's costs",
           table=DISPATCH),
+    Field("framework", "word", "the framework or runtime a case runs with unless told (`--framework`; "
+          "era_data/frameworks/<id>.toml); unstated: hand-written, the kernels alone", choices=framework_ids(),
+          noun="framework"),
     Field("launch_overhead", "any", "refused: the flat per-kernel charge of format 1's first release; write "
           "[timing.dispatch]", parse=_no_launch_overhead),
     Field("note", "str", "free text"),
@@ -531,6 +535,7 @@ class Machine:
     base: str | None = None
     path: Path | None = None
     dispatch: DispatchSpec | None = None  # None: no per-kernel dispatch cost (a CPU's compiled loops)
+    framework: str | None = None  # [timing] framework: the default framework id (None: hand-written)
     vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
     achievable_flops: dict[str, float] = field(default_factory=dict)  # [compute.achievable]: dtype -> FLOP/s
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
@@ -603,6 +608,7 @@ class Machine:
             "memory_bandwidth": self.memory.bandwidth,
             "balance": self.balances(),
             "timing": {"model": self.timing.model, "params": dict(self.timing.params)},
+            "framework": self.framework,
             "dispatch": None if self.dispatch is None else {
                 "default": self.dispatch.default,
                 **{m: vars(d) for m, d in self.dispatch.modes.items()},
@@ -804,7 +810,7 @@ def _primary_dtype(values: Mapping[str, Any], problems: Problems) -> str | None:
 
 
 def _params(table: Mapping[str, Any], discriminator: str) -> dict[str, Any]:
-    return {k: v for k, v in table.items() if k not in (discriminator, "note", "dispatch", "vector")}
+    return {k: v for k, v in table.items() if k not in (discriminator, "note", "dispatch", "framework", "vector")}
 
 
 def _dispatch(values: Mapping[str, Any], problems: Problems) -> DispatchSpec | None:
@@ -1025,7 +1031,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         schedule=ScheduleSpec(schedule["family"], _params(schedule, "family")),
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
-        path=path, dispatch=dispatch, vector_flops=vector_flops, achievable_flops=achievable_flops,
+        path=path, dispatch=dispatch, framework=timing.get("framework"), vector_flops=vector_flops, achievable_flops=achievable_flops,
         interconnect=_interconnect(values), energy=_energy(values), what_if=what_if,
     )
 

@@ -2,7 +2,8 @@
 
 era_data's READMEs hold generated blocks (``<!-- schema:NAME ... -->``): the machine
 profile (:data:`memwall.profiles.PROFILE`), the stand-alone hierarchy file
-(:data:`memwall.levels.HIERARCHY`), the network preset (:data:`memwall.networks.PRESET`)
+(:data:`memwall.levels.HIERARCHY`), the network preset (:data:`memwall.networks.PRESET`),
+the framework file (:data:`memwall.frameworks.FRAMEWORK`)
 and the measurement file (:data:`memwall.study.measurements.FILE`), each rendered by
 :func:`memwall.schema.markdown`. ``python -m memwall.schema_docs --update`` rewrites them
 and ``--check`` says which are stale (a test runs it).
@@ -17,7 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import levels, networks, profiles
+from . import frameworks, levels, networks, profiles
 from .data import era_data_dir
 from .errors import InputError
 from .schema import markdown
@@ -40,7 +41,8 @@ def _blocks() -> dict[Path, dict[str, str]]:
     return {
         root / "README.md": {"machine": markdown(profiles.PROFILE, "#### Machine profile", shown),
                              "hierarchy": markdown(levels.HIERARCHY, "#### Stand-alone hierarchy file", shown),
-                             "network": markdown(networks.PRESET, "#### Network preset", shown)},
+                             "network": markdown(networks.PRESET, "#### Network preset", shown),
+                             "framework": markdown(frameworks.FRAMEWORK, "#### Framework file", shown)},
         root / "measurements" / "README.md": {"measurement": markdown(measurements.FILE, "")},
     }
 

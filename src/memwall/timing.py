@@ -24,6 +24,7 @@ from .vocabulary import DISPATCH_MODES, DTYPE_BYTES
 
 if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not the engine
     from .engine import HierarchyCounters
+    from .frameworks import Framework
     from .profiles import Machine
 
 MEMORY = "memory"  # the name main memory goes by in every breakdown
@@ -38,9 +39,9 @@ ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
 WAVE_KINDS = ("gpu", "tpu")
 # The components a kernel's or a step's time is made of, besides the memory levels; a
 # multi-device step adds the exposed communication and the pipeline bubble.
-COMPUTE, DISPATCH, STARTUP = "compute", "dispatch", "startup"
+COMPUTE, DISPATCH, STARTUP, FRAMEWORK = "compute", "dispatch", "startup", "framework"
 INTERCONNECT, BUBBLE = "interconnect", "bubble"
-NAMED_COMPONENTS = (COMPUTE, DISPATCH, STARTUP, INTERCONNECT, BUBBLE)
+NAMED_COMPONENTS = (COMPUTE, DISPATCH, FRAMEWORK, STARTUP, INTERCONNECT, BUBBLE)
 DTYPE_FALLBACK = {
     "fp8": ("fp8", "bf16", "fp16", "fp32"),
     "bf16": ("bf16", "fp16", "fp32"),
@@ -147,6 +148,7 @@ class KernelTiming:
     bytes: dict[str, int]  # bytes by level name, all repeats
     terms: dict[str, float] = field(default_factory=dict)  # ModelTimes.terms: one run, not scaled
     dispatch: float = 0.0  # seconds: this kernel's share of the step's dispatch (apply_dispatch)
+    framework: float = 0.0  # seconds: its share of the framework's own exposed time (apply_dispatch)
     dtype: str = ""  # the kernel's arithmetic type (its energy per operation is this type's)
 
     @property
@@ -156,11 +158,12 @@ class KernelTiming:
 
     @property
     def seconds(self) -> float:
-        return self.work_seconds + self.dispatch
+        return self.work_seconds + self.dispatch + self.framework
 
     @property
     def time_by_component(self) -> dict[str, float]:
-        return {COMPUTE: self.compute, DISPATCH: self.dispatch, STARTUP: self.overhead, **self.stall}
+        return {COMPUTE: self.compute, DISPATCH: self.dispatch, FRAMEWORK: self.framework, STARTUP: self.overhead,
+                **self.stall}
 
     @property
     def bound(self) -> str:
@@ -590,6 +593,7 @@ class StepTiming:
     phase: str
     peak: float  # FLOP/s the fraction of peak is taken against
     dispatch: DispatchTimes | None = None  # set by apply_dispatch
+    framework: Framework | None = None  # whose host time apply_dispatch added
     interconnect: float = 0.0  # seconds the device waits on communication (time_parallel)
     bubble: float = 0.0  # seconds the device idles in the pipeline's fill and drain
 
@@ -613,9 +617,13 @@ class StepTiming:
         return self._sum("dispatch")
 
     @property
+    def framework_seconds(self) -> float:
+        return self._sum("framework")
+
+    @property
     def overhead(self) -> float:
-        """Neither arithmetic nor memory: start-up and dispatch."""
-        return self.startup + self.dispatch_seconds
+        """Neither arithmetic nor memory: start-up, dispatch and the framework's own time."""
+        return self.startup + self.dispatch_seconds + self.framework_seconds
 
     def _by_level(self, attr: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -640,8 +648,8 @@ class StepTiming:
     def time_by_component(self) -> dict[str, float]:
         """Seconds by component: compute, dispatch, startup, each memory level's stall, the
         exposed interconnect and the pipeline bubble."""
-        return {COMPUTE: self.compute, DISPATCH: self.dispatch_seconds, STARTUP: self.startup, **self.stall,
-                INTERCONNECT: self.interconnect, BUBBLE: self.bubble}
+        return {COMPUTE: self.compute, DISPATCH: self.dispatch_seconds, FRAMEWORK: self.framework_seconds,
+                STARTUP: self.startup, **self.stall, INTERCONNECT: self.interconnect, BUBBLE: self.bubble}
 
     @property
     def bound(self) -> str:
@@ -649,7 +657,7 @@ class StepTiming:
         host's stream is the longer one (the device then waits on the host, whatever its
         kernels' own split)."""
         if self.dispatch is not None and self.dispatch.host_bound:
-            return DISPATCH
+            return FRAMEWORK if self.dispatch.framework_host > self.dispatch.machine_host else DISPATCH
         return largest(self.time_by_component)
 
     @property
@@ -666,30 +674,58 @@ class StepTiming:
 
 @dataclass(frozen=True)
 class DispatchTimes:
-    """The two streams of a step (docs/timing.md, "Dispatch"), in seconds."""
+    """The two streams of a step (docs/timing.md, "Dispatch" and "The framework"), in seconds."""
 
     mode: str
-    host_seconds: float  # H: the host's issue time for the step
+    host_seconds: float  # H: the host's issue time for the step, the framework's work included
     device_seconds: float  # D: the device's kernels and the gaps between them
     launches: int  # kernel runs issued in the step
     synchronous: bool  # the host is the computing core: the step is H + sum t_k
+    framework: str = ""  # the framework's id
+    framework_host: float = 0.0  # H_f: the framework's share of H
+    synchronize: float = 0.0  # S: the step's synchronisation (and a host timer's first launch), never overlapped
+    layer_passes: int = 0  # layer passes of one iteration (forward, backward, recompute)
+    timing: str = "device"
+
+    @property
+    def machine_host(self) -> float:
+        """H_m: issuing the kernels, as the machine's [timing.dispatch] states."""
+        return self.host_seconds - self.framework_host
 
     @property
     def host_bound(self) -> bool:
         return not self.synchronous and self.host_seconds > self.device_seconds
 
 
-def apply_dispatch(machine: Machine, kernels: Sequence[KernelTiming], iterations: int,
-                   mode: str | None = None) -> DispatchTimes:
-    """Set each kernel's share of the step's dispatch time and return the two streams.
+def layer_passes(kernels: Sequence[Any]) -> int:
+    """Layer passes of one iteration that call the layers' modules: the forward and the
+    recomputed forward (autograd runs the backward without module calls), each counting the
+    repeated layers its kernels run (a collapsed layer's kernel stands for ``repeat``)."""
+    runs: dict[tuple[str, int], int] = {}
+    for k in kernels:
+        if k.layer >= 0 and k.phase in ("forward", "recompute"):
+            key = (k.phase, k.layer)
+            runs[key] = min(runs.get(key, k.repeat), k.repeat)
+    return sum(runs.values())
 
-    Host stream H = n h (+ step_issue per step), device stream D = sum (g + t_k) over the n
-    kernel runs; an accelerator's step takes max(H, D), a CPU's H + sum t_k. The device's
-    gaps belong to the kernels they precede; a host stream longer than the device's is
-    shared out per kernel run, as each run costs the host the same."""
+
+def apply_dispatch(machine: Machine, kernels: Sequence[KernelTiming], iterations: int,
+                   mode: str | None = None, framework: Framework | None = None, passes: int = 0,
+                   timing: str = "device") -> DispatchTimes:
+    """Set each kernel's share of the step's dispatch and framework time; return the streams.
+
+    Host stream H = H_m + H_f, H_m = n h (+ step_issue per iteration), H_f = n o + I (P l +
+    s) with the framework's per-operator o, per-layer-pass l and per-step s over P layer
+    passes an iteration; device stream D = sum (g + t_k) over the n kernel runs. An
+    accelerator's step takes max(H, D) + S, a CPU's H + sum t_k + S, where S is the
+    synchronisation that ends each iteration (I y when the framework synchronises each
+    step, or the step is timed from the host, which also waits for its first launch h).
+    The host's excess over the device (all of H on a CPU) is shared out per kernel run,
+    between dispatch and the framework as H_m : H_f; S is the framework's."""
     spec = machine.dispatch
     if mode is None:
-        mode = spec.default if spec is not None else "compiled"
+        mode = framework.dispatch if framework is not None and framework.dispatch else (
+            spec.default if spec is not None else "compiled")
     if mode not in DISPATCH_MODES:
         raise InputError(f"unknown dispatch mode {mode!r}; one of {', '.join(DISPATCH_MODES)}", field="dispatch")
     h = g = per_step = 0.0
@@ -698,17 +734,29 @@ def apply_dispatch(machine: Machine, kernels: Sequence[KernelTiming], iterations
         h, g, per_step = figures.host_issue, figures.device_gap, figures.step_issue
     runs_per_pass = sum(k.repeat for k in kernels)
     launches = iterations * runs_per_pass
-    host = launches * h + iterations * per_step
+    machine_host = launches * h + iterations * per_step
+    framework_host = sync = 0.0
+    if framework is not None:
+        framework_host = launches * framework.operator + iterations * (passes * framework.layer + framework.step)
+        if framework.synchronizes or timing == "host":
+            sync = iterations * framework.synchronize
+    if timing == "host":
+        sync += iterations * h
+    host = machine_host + framework_host
     work = iterations * sum(k.work_seconds for k in kernels)
     device = launches * g + work
     synchronous = machine.kind not in ASYNC_KINDS
     # Host time charged per kernel run, beyond the gap: all of it on a synchronous
     # machine, only the excess over the device stream on an asynchronous one.
     extra = host if synchronous else max(0.0, host - device)
+    ours = framework_host / host if host > 0 else 0.0
     per_run = extra / launches if launches else 0.0
+    per_sync = sync / launches if launches else 0.0
     for k in kernels:
-        k.dispatch = k.repeat * (g + per_run)
-    return DispatchTimes(mode, host, device, launches, synchronous)
+        k.dispatch = k.repeat * (g + per_run * (1.0 - ours))
+        k.framework = k.repeat * (per_run * ours + per_sync)
+    return DispatchTimes(mode, host, device, launches, synchronous, framework.id if framework is not None else "",
+                         framework_host, sync, passes, timing)
 
 
 # ---------------------------------------------------------------------------------
@@ -738,7 +786,7 @@ class CommTiming:
 
 def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, micro_seconds: float,
                        backward_seconds: float,
-                       attention_seconds: Mapping[str, float] | None = None) -> list[CommTiming]:
+                       attention_seconds: Mapping[str, float] | None = None, base: float = 0.0) -> list[CommTiming]:
     """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
@@ -750,17 +798,22 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
     the c transfers of a micro-batch hides behind one block's attention,
     h = A (n - 1) / (c n) with A the micro-batch's attention kernels of that direction
     (``attention_seconds``: ``forward`` counts the recomputed ones too); exposed =
-    m c max(0, t_one - h)."""
+    m c max(0, t_one - h).
+
+    Every collective call also pays the framework's ``base`` latency (alpha, NCCL's
+    baseLat): t_one = t(S) + alpha per call, and a bucketed reduction is ceil(S / bucket)
+    calls."""
     from .interconnect import Group, bus_bytes, collective, sent_by_link
 
     out = []
     for c in comms:
         group = Group(c.size, c.stride)
-        one = collective(ic, c.kind, group, c.bytes) if c.bytes and c.count else 0.0
+        calls = -(-c.bytes // BUCKET_BYTES) if c.overlap == "backward" else 1
+        one = collective(ic, c.kind, group, c.bytes) + calls * base if c.bytes and c.count else 0.0
         n = c.count * (micro_batches if c.per == "micro" else 1)
         total = one * n
         if c.overlap == "backward" and total > 0:
-            bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES))
+            bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES)) + base
             exposed = max(bucket, total - backward_seconds)
         elif c.overlap == "compute":
             # prefetched: all but the first gather of a micro-batch can hide behind its kernels
@@ -787,6 +840,7 @@ def sharded_update(timing: StepTiming, share: float) -> StepTiming:
 
     kernels = [t if t.phase != "update" else replace(
         t, compute=t.compute * share, overhead=t.overhead * share, dispatch=t.dispatch * share,
+        framework=t.framework * share,
         stall={n: v * share for n, v in t.stall.items()}, bytes={n: int(v * share) for n, v in t.bytes.items()},
         flops=int(t.flops * share)) for t in timing.kernels]
     return replace(timing, kernels=kernels)
@@ -812,7 +866,8 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
     attention = {d: it * sum(k.seconds for k in timing.kernels if k.op == "attention" and k.phase in phases)
                  / micro_batches for d, phases in (("forward", ("forward", "recompute")), ("backward", ("backward",)))}
     timed = time_communication(ic, comms, micro_batches=micro_batches, micro_seconds=micro,
-                               backward_seconds=backward, attention_seconds=attention)
+                               backward_seconds=backward, attention_seconds=attention,
+                               base=timing.framework.collective_base if timing.framework is not None else 0.0)
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)

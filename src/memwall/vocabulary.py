@@ -65,6 +65,9 @@ TRAINING_DTYPES: tuple[str, ...] = (*GRADIENT_DTYPES, *NARROW_TRAINING)
 # How kernels reach the device (docs/timing.md, "Dispatch"): a framework issuing kernel by
 # kernel, a captured graph replayed, or one compiled program per step.
 DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
+# How a step is timed: on the device's stream (step after step), or by a host timer around
+# one step (its first launch and a synchronisation round trip included).
+TIMINGS: tuple[str, ...] = ("device", "host")
 # Kernel fusion: none; epilogue (bias and activation folded into the product that makes
 # their input, as cuBLASLt epilogues do); full (also dropout + residual + norm in one
 # kernel and the optimizer as one multi-tensor kernel per layer: Megatron-LM, apex).

@@ -22,7 +22,7 @@ from .plan import Prepared, check_cost, plan_replay
 from .replay import ReplayCache, _ticker, replay_key, replay_step
 from .result import Result, build_result
 from .step import build_case_step
-from .timed import accumulated, dtype_fallback, simulate_step
+from .timed import accumulated, dtype_fallback, simulate_step, stack_of
 
 
 def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
@@ -74,7 +74,9 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     k = step.config.accumulate
 
     def retime(other: Machine) -> float:  # the same counts on a machine with other timing figures
-        return accumulated(simulate_step(other, step, plan=plan, dispatch=case.dispatch, counters=counters), k).seconds
+        return accumulated(simulate_step(other, step, plan=plan, dispatch=case.dispatch, counters=counters,
+                                           **stack_of(case, other)), k).seconds
 
-    timing = accumulated(simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters), k)
+    timing = accumulated(simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters,
+                                         **stack_of(case, machine)), k)
     return build_result(case, step, timing, fallback, retime)

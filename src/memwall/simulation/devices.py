@@ -22,7 +22,7 @@ from .plan import check_cost, plan_replay
 from .replay import _ticker, replay_once
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
-from .timed import accumulated, dtype_fallback, simulate_step
+from .timed import accumulated, dtype_fallback, simulate_step, stack_of
 
 
 def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_lookups: int | None = None,
@@ -60,7 +60,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     def stages(on: Machine) -> list:
         """Each stage's device timed on ``on`` from the counts replayed once."""
         return [time_stage(on.interconnect, sharded_update(accumulated(simulate_step(
-            on, st, plan=plan, dispatch=case.dispatch, counters=c), k), share),
+            on, st, plan=plan, dispatch=case.dispatch, counters=c, **stack_of(case, on)), k), share),
             communication(network, config, par, stage, st.ledger, st.tokens), k)
             for (stage, st), plan, c in zip(steps, plans, counters, strict=True)]
 

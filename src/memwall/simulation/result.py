@@ -226,7 +226,7 @@ def _kernel_rows(timing: StepTiming) -> list[dict[str, Any]]:
             "bound_class": k.bound_class,
             "memory_ratio": k.memory_ratio,
             "time_by_component": {c: v * n for c, v in k.time_by_component.items()},
-            "cycles": _breakdown(k.compute * n, (k.overhead + k.dispatch) * n,
+            "cycles": _breakdown(k.compute * n, (k.overhead + k.dispatch + k.framework) * n,
                                  {c: v * n for c, v in k.stall.items()}, clock),
             "bytes": {c: v * n for c, v in k.bytes.items()},
             "joules": kernel_total_joules(timing.machine, k, n),
@@ -238,8 +238,12 @@ def _dispatch(timing: StepTiming) -> dict[str, Any]:
     d = timing.dispatch
     if d is None:
         return {"mode": None, "host_seconds": 0.0, "device_seconds": timing.seconds}
+    f = timing.framework
     return {"mode": d.mode, "host_seconds": d.host_seconds, "device_seconds": d.device_seconds,
-            "launches": d.launches, "synchronous": d.synchronous}
+            "launches": d.launches, "synchronous": d.synchronous, "timing": d.timing,
+            "framework": None if f is None else {**f.as_dict(), "host_seconds": d.framework_host,
+                                                 "synchronize_seconds": d.synchronize,
+                                                 "layer_passes": d.layer_passes}}
 
 
 def _rates(step: Step, timing: StepTiming, dtype: str | None) -> Rates:

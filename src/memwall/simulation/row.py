@@ -61,6 +61,11 @@ ROW: tuple[Column, ...] = (
            "or mixed where that contradicts memory_ratio"),
     Column("memory_ratio", "number", "", "mem/arith", "memory time / arithmetic time (1 is the flip)"),
     Column("dispatch_fraction", "number", "", "dispatch share", "dispatch time / step time"),
+    Column("framework", "text", "", "framework", "the framework or runtime the step ran with (hand-written: the "
+           "kernels alone)"),
+    Column("timing", "text", "", "timing", "device (the device's stream) or host (a host timer around the step)"),
+    Column("framework_fraction", "number", "", "framework share", "the framework's own exposed time (host work the "
+           "device waits for, and the step's synchronisation) / step time"),
     Column("accumulate", "int", "", "accumulate", "micro-batches per optimizer step"),
     Column("fusion", "text", "", "fusion", "kernel fusion"),
     Column("attention", "text", "", "attention", "attention kernels asked for (null: the network's own)"),
@@ -201,6 +206,9 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "bound_class": result["bound_class"],
         "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
         "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
+        "framework": (result["dispatch"].get("framework") or {}).get("id", case.framework),
+        "timing": result["dispatch"].get("timing", case.timing),
+        "framework_fraction": _share(result["time_by_component"].get("framework", 0.0), float(result["seconds"])),
         # Whether the step's weights fit in the machine's largest on-chip level: then a
         # step need not stream them from main memory (the flip figure marks these).
         "weights_on_chip": bool(m.on_chip and result["ledger"].get("weights", 0) <= m.on_chip),

@@ -14,12 +14,14 @@ from typing import Any
 
 from ..engine import HierarchyCounters
 from ..errors import InputError
+from ..frameworks import Framework, framework_for
 from ..profiles import Machine
 from ..timing import (
     KernelTiming,
     StepTiming,
     apply_dispatch,
     arithmetic_rate,
+    layer_passes,
     rate_dtype,
     time_kernel,
     traffic_from_counters,
@@ -34,12 +36,15 @@ from .replay import _demand, _demand_by_kind, replay_step
 
 def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: ReplayPlan | None = None,
                   progress: Callable[[int], Any] | None = None, dispatch: str | None = None,
-                  counters: list[HierarchyCounters] | None = None) -> StepTiming:
+                  counters: list[HierarchyCounters] | None = None, framework: Framework | None = None,
+                  timing: str = "device") -> StepTiming:
     """Replay every kernel of a step through the machine's caches and time it.
 
     What is replayed (warm-up pass, sampling) is :func:`plan_replay`'s; ``progress``, if
     given, is called with the line lookups of each piece as it finishes. ``dispatch``
-    names the mode kernels are issued in (None: the profile's default). ``counters``,
+    names the mode kernels are issued in (None: the framework's, else the profile's
+    default); ``framework`` adds its host time and ``timing`` how the step is timed
+    (:func:`memwall.timing.apply_dispatch`). ``counters``,
     if given, are a replay of this step on a machine with the same :func:`engine_fields`
     (:func:`replay_step`'s answer), used instead of replaying again.
     """
@@ -87,8 +92,17 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
         phase=step.config.phase,
         # the datasheet peak: MFU, HFU and fraction_of_peak are quoted against it
         peak=arithmetic_rate(machine, step.config.dtype, "gemm", achievable=False),
-        dispatch=apply_dispatch(machine, timings, step.iterations, dispatch),
+        framework=framework,
+        dispatch=apply_dispatch(machine, timings, step.iterations, dispatch, framework, layer_passes(step.kernels),
+                                timing),
     )
+
+
+def stack_of(case: Any, machine: Machine) -> dict[str, Any]:
+    """The software stack a case's step is timed with: its framework (the case's, else the
+    machine's default, else hand-written) and how the step is timed, as :func:`simulate_step`
+    takes them."""
+    return {"framework": framework_for(case.framework, machine.framework), "timing": case.timing}
 
 
 def accumulated(timing: StepTiming, k: int) -> StepTiming:
@@ -104,9 +118,12 @@ def accumulated(timing: StepTiming, k: int) -> StepTiming:
         stall={n: v * k for n, v in t.stall.items()}, bytes={n: v * k for n, v in t.bytes.items()})
         for t in timing.kernels]
     out = replace(timing, kernels=kernels, examples=timing.examples * k)
-    # K micro-batches issue K times the kernels: the dispatch streams follow the counts.
-    out.dispatch = apply_dispatch(timing.machine, kernels, timing.iterations,
-                                  timing.dispatch.mode if timing.dispatch is not None else None)
+    # K micro-batches issue K times the kernels and run K times the layers: the dispatch
+    # streams follow the counts; the step's own costs and its synchronisation stay once.
+    d = timing.dispatch
+    out.dispatch = apply_dispatch(timing.machine, kernels, timing.iterations, d.mode if d is not None else None,
+                                  timing.framework, k * d.layer_passes if d is not None else 0,
+                                  d.timing if d is not None else "device")
     return out
 
 

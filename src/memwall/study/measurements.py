@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..frameworks import framework_ids
 from ..options import GEMM, NETWORK, OPTION_FIELDS, OPTIONS, inapplicable
 from ..options import names as option_names
 from ..schema import Field, Problems, Table, read_toml, walk
@@ -70,10 +71,9 @@ METRIC_UNITS: dict[str, tuple[str, ...]] = {
     "tokens_per_joule": ("tokens/J",),
 }
 RELIABILITIES = ("high", "medium", "low")
-# The software that ran a measured step (issue 26): the frameworks and runtimes the issue
-# names, a vendor library called alone, and a program written for the machine by hand.
-FRAMEWORKS = ("pytorch-eager", "torch-compile", "megatron", "deepspeed", "fsdp", "jax-xla", "tensorrt-llm", "vllm",
-              "llama-cpp", "library", "hand-written")
+# The software that ran a measured step: a shipped framework file's id or hand-written (the
+# case option `framework` declares the key; a vendor library called alone is `library`).
+FRAMEWORKS = framework_ids()
 # How a measurement judges the prediction:
 #   point                     - the prediction should equal the measurement (within the band);
 #   lower-bound-on-prediction - the measurement is a floor: the prediction should be >= it
@@ -113,9 +113,6 @@ MEASUREMENT = Table("[[measurement]]", (
     Field("id", "text", "unique id across all measurement files (letters, digits, '.', '_', '-')", required=True,
           parse=_ident),
     Field("machine", "text", "machine profile id (memwall machines list)", required=True),
-    Field("framework", "word", "the software that ran the step: a framework or runtime, `library` (a vendor "
-          "library called alone, as cuBLAS by DeepBench) or `hand-written` (a program written for the machine); "
-          "`memwall validate` reports its calibration by it", choices=FRAMEWORKS, noun="framework"),
     Field("network", "text", "network preset id (memwall networks list), or a path, relative to this file, to a "
           "network TOML in the `networks/` folder beside the measurement files (it must stay inside the "
           "measurement folder); or give 'gemm'"),
@@ -183,7 +180,6 @@ Measurement = make_dataclass(
      ("value", float),  # in the metric's SI unit (CUPS, CPS, FLOP/s, s, samples/s)
      ("source", str), ("reliability", str), ("notes", str),
      ("network", "str | None", field(default=None)),
-     ("framework", "str | None", field(default=None)),  # one of FRAMEWORKS
      ("gemm", "tuple[int, int, int] | None", field(default=None)),
      *[(o.name, o.python_type, field(default=o.default)) for o in OPTIONS],  # the case options
      ("check", str, field(default="point")),

@@ -111,7 +111,8 @@ def case_for(m: Measurement) -> Case:
     """The simulation that reproduces a measurement's workload: its machine, its workload and
     every case option the file states (memwall.options), the rest at their defaults."""
     if m.gemm is not None:
-        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch)
+        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch,
+                    framework=m.framework, timing=m.timing)
     return Case(machine=m.machine, network=m.network_file or m.network, **{k: getattr(m, k) for k in option_names()})
 
 

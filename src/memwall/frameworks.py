@@ -1,0 +1,173 @@
+"""Frameworks and runtimes: the software stack's own time, declared in data.
+
+Owns: :data:`FRAMEWORK` (the declaration of ``era_data/frameworks/<id>.toml``),
+:class:`Framework` (one loaded file: the kernel-issue mode it runs, the host seconds it
+adds per kernel run, per layer pass and per step, the synchronisation that ends a step,
+and the base latency it pays per collective), :func:`load_framework`,
+:func:`framework_ids` (the shipped files' ids and :data:`HAND_WRITTEN`),
+:func:`framework_for` (the framework a case runs with: its own, else the profile's
+``[timing] framework``, else hand-written).
+
+The machine's ``[timing.dispatch]`` says what issuing one kernel costs in each mode; the
+framework adds what it does around the kernels (docs/timing.md, "The framework"). A
+figure a file does not state is charged as zero and named in ``unstated``, so a result
+says what it could not count. ``hand-written`` is the code of the 1980s papers and
+hand-written CUDA: the kernels alone, nothing around them, nothing unstated.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .data import data_files
+from .errors import InputError
+from .schema import Field, Figure, Problems, Table, read_toml, walk
+from .units import parse_time
+from .vocabulary import ATTENTIONS, DISPATCH_MODES, FUSIONS
+
+HAND_WRITTEN = "hand-written"  # no file: the kernels alone
+HOST_FIGURES = ("operator", "layer", "step", "synchronize")
+STATUSES = ("verified", "secondary", "estimate", "announced", "measured")
+
+
+def _time(value: Any, context: dict[str, Any]) -> float:
+    return parse_time(value)
+
+
+_T = "time (`'7 us'`, `'0.2 ms'`)"
+HOST = Table("[host]", (
+    Field("operator", "any", "host time per kernel run on top of the machine's `[timing.dispatch.<mode>]` "
+          "host_issue (the framework's own work around one operator)", parse=_time, unit=_T, figure="required"),
+    Field("layer", "any", "host time per layer and pass (forward, backward, recompute): module calls and "
+          "hooks, operators that launch no kernel (views, reshapes), autograd's bookkeeping", parse=_time,
+          unit=_T, figure="required"),
+    Field("step", "any", "host time per step (an optimizer step; one serving iteration): the optimizer "
+          "loop, the scheduler, sampling, logging", parse=_time, unit=_T, figure="required"),
+    Field("synchronize", "any", "one host-device round trip that ends a step (`loss.item()`, reading "
+          "back the sampled tokens; a host-timed call's synchronisation): the next step's issue waits for "
+          "it", parse=_time, unit=_T, figure="required"),
+    Field("note", "str", "free text"),
+), doc="Host seconds the framework adds to the host stream (docs/timing.md, 'The framework').")
+COLLECTIVES = Table("[collectives]", (
+    Field("library", "text", "the collective library and version the figures describe (`NCCL 2.21`)"),
+    Field("base", "any", "seconds per collective call before its per-hop latencies and bytes (NCCL's "
+          "baseLat for the protocol it picks)", parse=_time, unit=_T, figure="required"),
+    Field("note", "str", "free text"),
+), doc="The alpha of each collective call: the links' per-hop latencies and bandwidths are the machine's.")
+FRAMEWORK_TABLE = Table("[framework]", (
+    Field("name", "text", "the framework's name", required=True),
+    Field("version", "text", "the version the figures describe", required=True),
+    Field("dispatch", "word", "how it issues kernels: the `--dispatch` mode it runs unless told",
+          required=True, choices=DISPATCH_MODES, noun="dispatch mode"),
+    Field("attention", "word", "the attention kernels it runs", choices=ATTENTIONS, noun="attention"),
+    Field("fusion", "word", "the kernel fusion it runs", choices=FUSIONS, noun="fusion"),
+    Field("synchronizes", "bool", "true if each step ends with a host-device synchronisation (a training "
+          "loop that reads its loss, a serving loop that reads the sampled tokens); false for a benchmark loop "
+          "that only synchronises around many calls", default=True),
+    Field("note", "str", "free text"),
+), doc="Who it is and how it issues kernels.")
+FRAMEWORK = Table("framework file", (
+    Field("framework", "table", "identity and kernel issue", required=True, table=FRAMEWORK_TABLE),
+    Field("host", "table", "host seconds it adds", table=HOST),
+    Field("collectives", "table", "the base latency per collective call", table=COLLECTIVES),
+    Field("sources", "mapping", "key -> full citation or URL"),
+), doc="One framework or runtime: `era_data/frameworks/<id>.toml` (docs/timing.md, 'The framework').")
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework's figures, in seconds; an unstated figure is 0 and named in ``unstated``."""
+
+    id: str
+    name: str
+    version: str = ""
+    dispatch: str | None = None  # None: the machine's default mode
+    attention: str | None = None
+    fusion: str | None = None
+    synchronizes: bool = False
+    operator: float = 0.0
+    layer: float = 0.0
+    step: float = 0.0
+    synchronize: float = 0.0
+    collective_base: float = 0.0
+    unstated: tuple[str, ...] = ()
+    provenance: Mapping[str, Figure] = field(default_factory=dict, compare=False, repr=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    path: str = ""
+
+    @property
+    def bare(self) -> bool:
+        """True when it adds nothing around the kernels."""
+        return not (self.operator or self.layer or self.step or self.synchronize or self.collective_base)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "version": self.version, "dispatch": self.dispatch,
+                "synchronizes": self.synchronizes,
+                "host": {"operator": self.operator, "layer": self.layer, "step": self.step,
+                         "synchronize": self.synchronize},
+                "collective_base": self.collective_base, "unstated": list(self.unstated)}
+
+
+BARE = Framework(HAND_WRITTEN, "hand-written code: the kernels alone")
+
+
+def _shipped() -> dict[str, Path]:
+    return {p.stem: p for p in data_files("frameworks")}
+
+
+def framework_ids() -> tuple[str, ...]:
+    """Every framework a case may name: the shipped files' ids, and hand-written."""
+    return (*_shipped(), HAND_WRITTEN)
+
+
+def load_framework_file(path: str | Path) -> Framework:
+    """Load and check one framework file; raises its first problem, naming file, line and field."""
+    path = Path(path)
+    raw, text = read_toml(path)
+    problems = Problems(str(path), text)
+    values = walk(raw, FRAMEWORK, problems, context={"provenance": True})
+    sources = values.get("sources", {})
+    for key, fig in problems.provenance.items():
+        if not fig.source:
+            problems.add("a figure needs 'source' (a citation, URL, or a key of [sources])", key)
+        elif fig.source not in sources and " " not in fig.source and "://" not in fig.source:
+            close = difflib.get_close_matches(fig.source, list(sources), n=1)
+            problems.add(f"source {fig.source!r} is not a key of [sources]"
+                         + (f"; did you mean '{close[0]}'?" if close else ""), key)
+        if not fig.status:
+            problems.add(f"a figure needs 'status' ({', '.join(STATUSES)})", key)
+    problems.raise_first("; run 'memwall frameworks validate'")
+    ident, host, coll = values["framework"], values.get("host", {}), values.get("collectives", {})
+    unstated = tuple(f"host.{k}" for k in HOST_FIGURES if k not in host)
+    if "base" not in coll:
+        unstated += ("collectives.base",)
+    return Framework(id=path.stem, name=ident["name"], version=ident["version"], dispatch=ident["dispatch"],
+                     attention=ident.get("attention"), fusion=ident.get("fusion"),
+                     synchronizes=ident["synchronizes"],
+                     operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
+                     synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
+                     unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),
+                     path=str(path))
+
+
+@lru_cache(maxsize=64)
+def load_framework(framework_id: str) -> Framework:
+    """A shipped framework by id (``hand-written``: no file, nothing around the kernels)."""
+    if framework_id == HAND_WRITTEN:
+        return BARE
+    shipped = _shipped()
+    if framework_id not in shipped:
+        close = difflib.get_close_matches(framework_id, list(framework_ids()), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; one of {', '.join(framework_ids())}"
+        raise InputError(f"no framework {framework_id!r}{hint}", field="framework")
+    return load_framework_file(shipped[framework_id])
+
+
+def framework_for(case_framework: str | None, machine_framework: str | None) -> Framework:
+    """The framework a case runs with: its own, else its machine's default, else hand-written."""
+    return load_framework(case_framework or machine_framework or HAND_WRITTEN)
