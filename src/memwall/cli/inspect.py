@@ -291,6 +291,7 @@ def render(result: dict) -> str:
     if d.get("host_seconds"):
         lines.append(f"dispatch {d['mode']}: the host issues {d.get('launches', 0)} kernels in "
                      f"{format_time(d['host_seconds'])}, the device works {format_time(d['device_seconds'])}")
+    lines.extend(_framework_lines(d))
     if "serving" in result and "request_seconds" in result["serving"]:
         lines.append(_request_line(result["serving"], result["batch"]))
     elif "serving" in result:
@@ -308,3 +309,18 @@ def render(result: dict) -> str:
     lines.append(_energy_line(result))
     lines.append(f"verdict: {result['verdict']}")
     return printable("\n".join(lines))  # names from files and the command line reach a terminal
+
+
+def _framework_lines(d: dict) -> list[str]:
+    """What the framework added: its host work, its synchronisation, what it could not count."""
+    f = d.get("framework")
+    if not f or f["id"] == "hand-written":
+        return []
+    timed = " (timed from the host)" if d.get("timing") == "host" else ""
+    line = (f"framework {f['id']} ({f['name']}, {f['version']}){timed}: host work {format_time(f['host_seconds'])} "
+            f"({f['layer_passes']} layer passes), "
+            + (f"synchronisation {format_time(f['synchronize_seconds'])}" if f["synchronize_seconds"]
+               else "no synchronisation"))
+    if f.get("unstated"):
+        line += f"; unstated, counted as 0: {', '.join(f['unstated'])}"
+    return [line]

@@ -1,0 +1,85 @@
+"""``memwall frameworks``: list, show and validate the framework files of era_data/frameworks.
+
+Owns the ``frameworks`` subcommand (``list [--json]``, ``show ID [--json]``,
+``validate FILE...``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InputError
+from ..frameworks import HOST_FIGURES, framework_ids, load_framework, load_framework_file
+from ..text import printable
+from ..units import format_time
+from ._output import print_json, report
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "frameworks", help="list and show the frameworks and runtimes a step can run with",
+        description="The frameworks and runtimes (era_data/frameworks): the host time each adds around the "
+                    "kernels, and the base latency of its collectives (docs/timing.md, 'The framework').")
+    sub = parser.add_subparsers(dest="frameworks_command", metavar="ACTION")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    p = sub.add_parser("list", help="one row per framework", description="One row per framework.")
+    p.add_argument("--json", action="store_true", help="a JSON list of objects")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("show", help="one framework with each figure's source",
+                       description="One framework: its figures, their sources and status.")
+    p.add_argument("framework", metavar="ID", help=f"one of {', '.join(framework_ids())}")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("validate", help="check framework files; every problem by file, line, field and reason",
+                       description="Check framework files. Exit 0 if all are valid, 1 otherwise.")
+    p.add_argument("paths", nargs="+", metavar="FILE", help="framework .toml files")
+    p.set_defaults(func=cmd_validate)
+
+
+def _time(value: float, stated: bool) -> str:
+    return ("0" if value == 0 else format_time(value)) if stated else "-"
+
+
+def cmd_list(args: Any) -> int:
+    frameworks = [load_framework(i) for i in framework_ids()]
+    if args.json:
+        print_json([f.as_dict() for f in frameworks])
+        return 0
+    print(f"{'id':<14} {'dispatch':<9} {'operator':>9} {'layer':>9} {'step':>9} {'sync':>9} {'coll. base':>10}  name")
+    for f in frameworks:
+        stated = {k: f"host.{k}" not in f.unstated and f.id != "hand-written" for k in HOST_FIGURES}
+        cells = [_time(getattr(f, k), stated[k]) for k in HOST_FIGURES]
+        base = _time(f.collective_base, "collectives.base" not in f.unstated and f.id != "hand-written")
+        print(printable(f"{f.id:<14} {f.dispatch or '-':<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>9} "
+                        f"{base:>10}  {f.name}"))
+    print("-: not stated (counted as 0); hand-written adds nothing around the kernels")
+    return 0
+
+
+def cmd_show(args: Any) -> int:
+    f = load_framework(args.framework)
+    if args.json:
+        print_json({**f.as_dict(), "provenance": {k: vars(v) for k, v in f.provenance.items()},
+                    "sources": dict(f.sources)})
+        return 0
+    print(printable(f"{f.id}: {f.name} ({f.version}); dispatch {f.dispatch or 'the machine default'}"))
+    for key, fig in f.provenance.items():
+        source = f.sources.get(fig.source or "", fig.source or "")
+        print(printable(f"  {key} = {fig.value} [{fig.status}] {source}"))
+        if fig.derivation:
+            print(printable(f"      derivation: {fig.derivation}"))
+    if f.unstated:
+        print(printable(f"  unstated (counted as 0): {', '.join(f.unstated)}"))
+    return 0
+
+
+def _check(path: str) -> tuple[list[InputError], list[InputError]]:
+    try:
+        load_framework_file(path)
+    except InputError as err:
+        return [err], []
+    return [], []
+
+
+def cmd_validate(args: Any) -> int:
+    return report(args.paths, _check)

@@ -1,0 +1,230 @@
+"""Issue 26, item 1: the software stack as a component with its own time: framework files,
+--framework, --timing device|host, the framework's host time in the step and its base
+latency per collective (docs/timing.md, "The framework")."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from test_dispatch import SPEC, gpu, kernel
+
+from memwall.cli import main
+from memwall.errors import InputError
+from memwall.frameworks import HAND_WRITTEN, Framework, framework_ids, load_framework, load_framework_file
+from memwall.options import combine, make_case
+from memwall.simulation import Case, run_case
+from memwall.timing import FRAMEWORK, apply_dispatch, layer_passes, time_communication
+
+FW = Framework("test-fw", "a test framework", operator=1e-6, layer=10e-6, step=100e-6, synchronize=20e-6,
+               synchronizes=True, collective_base=8e-6)
+
+
+# ---- the files --------------------------------------------------------------------------
+
+
+def test_every_shipped_framework_loads_with_its_figures_sourced():
+    ids = framework_ids()
+    for named in ("pytorch-eager", "torch-compile", "megatron", "deepspeed", "fsdp", "jax-xla", "tensorrt-llm",
+                  "vllm", "llama-cpp", "library", HAND_WRITTEN):
+        assert named in ids
+    for i in ids:
+        f = load_framework(i)
+        assert f.dispatch in (None, "eager", "graph", "compiled")
+        for key, fig in f.provenance.items():
+            assert fig.source and fig.status, (i, key)
+        # a figure a file leaves out is named, never silently zero
+        for name in ("operator", "layer", "step", "synchronize"):
+            if f.id != HAND_WRITTEN and f"host.{name}" not in f.provenance:
+                assert f"host.{name}" in f.unstated
+
+
+def test_a_figure_without_its_status_or_a_bad_unit_is_refused_naming_file_line_and_field(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(textwrap.dedent("""\
+        [framework]
+        name = "mine"
+        version = "1"
+        dispatch = "eager"
+
+        [host]
+        step = { value = "3 us", source = "a paper" }
+        """))
+    with pytest.raises(InputError) as err:
+        load_framework_file(path)
+    assert err.value.field == "host.step" and err.value.line == 7 and "status" in err.value.reason
+    path.write_text(path.read_text().replace('"3 us", source = "a paper"',
+                                             '"3 parsecs", source = "a paper", status = "measured"'))
+    with pytest.raises(InputError) as err:
+        load_framework_file(path)
+    assert err.value.field == "host.step"
+
+
+def test_an_unknown_framework_is_one_line_naming_the_option(capsys):
+    with pytest.raises(InputError, match="framework"):
+        make_case("h100-sxm", "gpt2-small", framework="pytorch-eagre")
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--framework", "tensorflow"]) != 0
+    err = capsys.readouterr().err
+    assert "framework" in err and "Traceback" not in err
+
+
+# ---- the host stream ---------------------------------------------------------------------
+
+
+def test_the_framework_adds_its_host_work_to_the_host_stream_and_its_synchronisation_after():
+    m = gpu(dispatch=SPEC)
+    n, h, g, t = 20, 7e-6, 2.5e-6, 1e-6
+    ks = [kernel(m, flops=int(t * 1e12)) for _ in range(n)]
+    d = apply_dispatch(m, ks, iterations=2, mode="eager", framework=FW, passes=3)
+    framework_host = 2 * (n * FW.operator + 3 * FW.layer + FW.step)
+    assert d.framework_host == pytest.approx(framework_host)
+    assert d.host_seconds == pytest.approx(2 * n * h + framework_host)
+    assert d.synchronize == pytest.approx(2 * FW.synchronize)
+    step = 2 * sum(k.seconds for k in ks)
+    assert step == pytest.approx(max(d.host_seconds, 2 * n * (g + t)) + 2 * FW.synchronize)
+    # the excess over the device is split between dispatch and framework as H_m : H_f
+    excess = d.host_seconds - d.device_seconds
+    assert 2 * sum(k.framework for k in ks) == pytest.approx(excess * framework_host / d.host_seconds
+                                                             + 2 * FW.synchronize)
+
+
+def test_a_framework_that_does_not_synchronise_pays_it_only_when_timed_from_the_host():
+    m = gpu(dispatch=SPEC)
+    quiet = Framework("bench", "a benchmark loop", synchronize=20e-6, synchronizes=False)
+    ks = [kernel(m, flops=10 ** 8)]
+    device = apply_dispatch(m, ks, iterations=1, mode="eager", framework=quiet)
+    on_device = sum(k.seconds for k in ks)
+    host = apply_dispatch(m, ks, iterations=1, mode="eager", framework=quiet, timing="host")
+    # a host timer around one call waits for its launch (h) and a synchronisation round trip
+    assert device.synchronize == 0 and host.synchronize == pytest.approx(20e-6 + 7e-6)
+    assert sum(k.seconds for k in ks) == pytest.approx(on_device + 27e-6)
+
+
+def test_the_framework_picks_the_dispatch_mode_unless_the_case_says():
+    m = gpu(dispatch=SPEC)
+    compiled = Framework("c", "compiled", dispatch="compiled")
+    assert apply_dispatch(m, [kernel(m, flops=10)], 1, framework=compiled).mode == "compiled"
+    assert apply_dispatch(m, [kernel(m, flops=10)], 1, "graph", framework=compiled).mode == "graph"
+    assert apply_dispatch(m, [kernel(m, flops=10)], 1).mode == "eager"  # the machine's default
+
+
+def test_layer_passes_count_the_forward_and_its_recomputation_not_the_backward():
+    from memwall.simulation.case import build_case_step
+
+    plain = build_case_step(make_case("h100-sxm", "gpt2-small", seq_len=32))
+    assert layer_passes(plain.kernels) == 12
+    recomputed = build_case_step(make_case("h100-sxm", "gpt2-small", seq_len=32, checkpoint="every:1"))
+    assert layer_passes(recomputed.kernels) == 24
+    decode = build_case_step(make_case("h100-sxm", "gpt2-small", phase="decode", context=16))
+    assert layer_passes(decode.kernels) == 12
+
+
+# ---- cases -------------------------------------------------------------------------------
+
+
+def test_a_case_runs_with_its_machines_framework_and_the_option_overrides_it():
+    case = Case(machine="h100-sxm", network="gpt2-small", seq_len=32, batch=2)
+    r = run_case(case)
+    f = r["dispatch"]["framework"]
+    assert f["id"] == "pytorch-eager" and f["layer_passes"] == 12
+    assert f["host_seconds"] == pytest.approx(12 * load_framework("pytorch-eager").layer)
+    bare = run_case(Case(machine="h100-sxm", network="gpt2-small", seq_len=32, batch=2, framework=HAND_WRITTEN))
+    assert bare["dispatch"]["framework"]["host_seconds"] == 0
+    assert bare["time_by_component"][FRAMEWORK] == 0
+    # the step is host-bound here: the framework's layer work lengthens it by exactly its share
+    assert r["seconds"] - bare["seconds"] == pytest.approx(f["host_seconds"], rel=1e-9)
+    assert r["seconds"] > bare["seconds"]
+
+
+def test_a_cray_runs_hand_written_code_and_says_no_framework_line(capsys):
+    r = run_case(Case(machine="cray-1", network="nettalk"))
+    assert r["dispatch"]["framework"]["id"] == HAND_WRITTEN
+    assert main(["inspect", "--machine", "cray-1", "--network", "nettalk"]) == 0
+    assert "framework" not in capsys.readouterr().out.split("verdict")[0].split("capacity")[-1]
+
+
+def test_a_host_timed_gemm_adds_a_launch_and_the_round_trip():
+    device = run_case(Case(machine="h100-sxm", gemm=(1024, 1024, 1024), framework="pytorch-eager"))
+    host = run_case(Case(machine="h100-sxm", gemm=(1024, 1024, 1024), framework="pytorch-eager", timing="host"))
+    h = load_machine_eager_issue("h100-sxm")
+    y = load_framework("pytorch-eager").synchronize
+    assert host["seconds"] - device["seconds"] == pytest.approx(h + y, rel=1e-6)
+    assert host["dispatch"]["timing"] == "host"
+
+
+def load_machine_eager_issue(machine: str) -> float:
+    from memwall.profiles import load_machine
+
+    spec = load_machine(machine).dispatch
+    assert spec is not None
+    return spec.mode("eager").host_issue
+
+
+def test_sweep_takes_frameworks_and_timings_as_lists():
+    base = [make_case("h100-sxm", "gpt2-small", seq_len=32)]
+    combined = combine(base, {"framework": ["pytorch-eager", "torch-compile"], "timing": ["device", "host"]})
+    assert sorted((c.framework, c.timing) for c in combined.cases) == [
+        ("pytorch-eager", "device"), ("pytorch-eager", "host"), ("torch-compile", "device"),
+        ("torch-compile", "host")]
+
+
+def test_inspect_json_and_text_name_the_framework_and_what_it_left_uncounted(capsys):
+    args = ["inspect", "--machine", "h100-sxm", "--network", "gpt2-small", "--seq-len", "32",
+            "--framework", "torch-compile"]
+    assert main([*args, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    f = d["dispatch"]["framework"]
+    assert f["id"] == "torch-compile" and d["dispatch"]["mode"] == "compiled"
+    assert "host.synchronize" in f["unstated"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "framework torch-compile" in out and "unstated, counted as 0" in out
+
+
+# ---- collectives --------------------------------------------------------------------------
+
+
+def test_every_collective_call_pays_the_frameworks_base_latency():
+    from memwall.profiles import load_machine
+    from memwall.workloads.parallel import Comm
+
+    ic = load_machine("h100-sxm").interconnect
+    grads = 100 * 2**20  # 100 MiB of gradients: 4 buckets of 25 MiB
+    comms = [Comm("grads", "all-reduce", 8, 1, grads, 1, "step", "after"),
+             Comm("acts", "all-reduce", 8, 1, 2**20, 3, "micro", "critical")]
+    plain = time_communication(ic, comms, micro_batches=2, micro_seconds=1e-3, backward_seconds=1e-3)
+    based = time_communication(ic, comms, micro_batches=2, micro_seconds=1e-3, backward_seconds=1e-3, base=8e-6)
+    assert based[0].seconds - plain[0].seconds == pytest.approx(8e-6)
+    assert based[1].seconds - plain[1].seconds == pytest.approx(2 * 3 * 8e-6)
+    bucketed = [Comm("grads", "all-reduce", 8, 1, grads, 1, "step", "backward")]
+    a = time_communication(ic, bucketed, micro_batches=1, micro_seconds=1, backward_seconds=1)
+    b = time_communication(ic, bucketed, micro_batches=1, micro_seconds=1, backward_seconds=1, base=8e-6)
+    assert b[0].seconds - a[0].seconds == pytest.approx(4 * 8e-6)
+
+
+def test_a_measurement_may_name_its_framework_and_timing(tmp_path):
+    from memwall.study.measurements import load_measurement_file
+    from memwall.study.validation import case_for
+
+    path = tmp_path / "m.toml"
+    path.write_text(textwrap.dedent("""\
+        [[measurement]]
+        id = "a"
+        machine = "h100-sxm"
+        gemm = "1024,1024,1024"
+        dtype = "fp16"
+        framework = "library"
+        timing = "host"
+        metric = "seconds"
+        value = "0.1 ms"
+        source = "test"
+        reliability = "low"
+        notes = "n"
+        """))
+    (m,) = load_measurement_file(path)
+    case = case_for(m)
+    assert case.framework == "library" and case.timing == "host"
+    path.write_text(path.read_text().replace('timing = "host"', 'timing = "wall"'))
+    with pytest.raises(InputError, match="timing"):
+        load_measurement_file(path)
