@@ -228,3 +228,16 @@ def test_a_measurement_may_name_its_framework_and_timing(tmp_path):
     path.write_text(path.read_text().replace('timing = "host"', 'timing = "wall"'))
     with pytest.raises(InputError, match="timing"):
         load_measurement_file(path)
+
+
+def test_the_framework_picks_the_attention_kernels_unless_the_case_says():
+    from memwall.simulation.step import case_network
+
+    plain = make_case("h100-sxm", "gpt2-small", phase="decode", context=16)  # gpt2-small: materialized
+    assert case_network(plain).attention == "materialized"
+    assert case_network(make_case("h100-sxm", "gpt2-small", phase="decode", context=16,
+                                  framework="vllm")).attention == "flash"
+    assert case_network(make_case("h100-sxm", "gpt2-small", phase="decode", context=16, framework="vllm",
+                                  attention="materialized")).attention == "materialized"
+    # a network without attention runs as it is under any framework
+    assert case_network(make_case("h100-sxm", "nettalk", framework="vllm")).id == "nettalk"

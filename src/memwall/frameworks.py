@@ -28,7 +28,7 @@ from .data import data_files
 from .errors import InputError
 from .schema import Field, Figure, Problems, Table, read_toml, walk
 from .units import parse_time
-from .vocabulary import ATTENTIONS, DISPATCH_MODES, FUSIONS
+from .vocabulary import ATTENTIONS, DISPATCH_MODES
 
 HAND_WRITTEN = "hand-written"  # no file: the kernels alone
 HOST_FIGURES = ("operator", "layer", "step", "synchronize")
@@ -64,8 +64,8 @@ FRAMEWORK_TABLE = Table("[framework]", (
     Field("version", "text", "the version the figures describe", required=True),
     Field("dispatch", "word", "how it issues kernels: the `--dispatch` mode it runs unless told",
           required=True, choices=DISPATCH_MODES, noun="dispatch mode"),
-    Field("attention", "word", "the attention kernels it runs", choices=ATTENTIONS, noun="attention"),
-    Field("fusion", "word", "the kernel fusion it runs", choices=FUSIONS, noun="fusion"),
+    Field("attention", "word", "the attention kernels it runs, unless the case says (`--attention`); "
+          "unstated: the network's own", choices=ATTENTIONS, noun="attention"),
     Field("synchronizes", "bool", "true if each step ends with a host-device synchronisation (a training "
           "loop that reads its loss, a serving loop that reads the sampled tokens); false for a benchmark loop "
           "that only synchronises around many calls", default=True),
@@ -87,8 +87,7 @@ class Framework:
     name: str
     version: str = ""
     dispatch: str | None = None  # None: the machine's default mode
-    attention: str | None = None
-    fusion: str | None = None
+    attention: str | None = None  # None: the network's own
     synchronizes: bool = False
     operator: float = 0.0
     layer: float = 0.0
@@ -147,7 +146,7 @@ def load_framework_file(path: str | Path) -> Framework:
     if "base" not in coll:
         unstated += ("collectives.base",)
     return Framework(id=path.stem, name=ident["name"], version=ident["version"], dispatch=ident["dispatch"],
-                     attention=ident.get("attention"), fusion=ident.get("fusion"),
+                     attention=ident.get("attention"),
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),

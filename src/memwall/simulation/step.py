@@ -53,9 +53,16 @@ def _addressable(step: Step, case: Case) -> Step:
 
 
 def case_network(case: Case) -> Network:
-    """The network a case runs: its preset, with the case's attention kernels and learned
-    positions where it names them."""
-    return with_positions(with_attention(load_network(case.network), case.attention), case.max_positions)
+    """The network a case runs: its preset, with the case's attention kernels (else those
+    its framework runs, else the network's own) and learned positions where it names them."""
+    network = load_network(case.network)
+    attention = case.attention
+    if attention is None and network.is_sequence:
+        from ..frameworks import framework_for
+        from ..profiles import load_machine
+
+        attention = framework_for(case.framework, load_machine(case.machine).framework).attention
+    return with_positions(with_attention(network, attention), case.max_positions)
 
 
 def case_config(case: Case, network: Network) -> TrainingConfig:
