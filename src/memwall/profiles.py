@@ -163,6 +163,19 @@ def _curve(value: Any, context: dict[str, Any]) -> list[list[float]]:
     return out
 
 
+def _tile_shapes(value: Any, context: dict[str, Any]) -> Any:
+    """[[tile_m, tile_n], ...] (positive integers), or a table of such lists by dtype."""
+    def shapes(v: Any) -> list[list[int]]:
+        pairs = list(v) if isinstance(v, list | tuple) else None
+        if not pairs or any(not isinstance(p, list | tuple) or len(p) != 2 or not all(isinstance(x, int)
+                            and not isinstance(x, bool) and 0 < x <= MAX_TILE for x in p) for p in pairs):
+            raise InputError(f"tile_shapes must be [[tile_m, tile_n], ...] of positive integers, got {v!r}")
+        return [list(p) for p in pairs]
+    if isinstance(value, dict):
+        return {k: shapes(v) for k, v in value.items()}
+    return shapes(value)
+
+
 def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:
     if len(value) != 2:
         raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {list(value)!r}")
@@ -371,6 +384,9 @@ SCHEDULE = Table("[schedule]", (
           figure="optional", when=_TILED),
     Field("staging", "text", "name of the software-managed level tiles are staged in", required=True,
           figure="optional", when=_TILED),
+    Field("tile_shapes", "any", "the `[tile_m, tile_n]` shapes the machine's library has for products, a list or a "
+          "table by dtype (`default` for the others); the tiling picks one per product (docs/timing.md, tile "
+          "quantization); unstated: `[[tile_m, tile_n]]`", parse=_tile_shapes, figure="optional", when=_TILED),
     Field("bytes_in_flight", "any", "bytes one unit keeps outstanding to memory; caps a level's bandwidth at "
           "busy units x this / the level's latency (tied to the profile's latencies)", parse=_mean_bytes,
           unit="size, may be fractional (`'6.45 kB'`)", figure="required", when=_TILED),

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not th
 
 MEMORY = "memory"  # the name main memory goes by in every breakdown
 MATRIX_OPS = ("gemm", "gemv", "attention")
+# Bytes of one partial-sum element a parallel split-K product writes to its workspace and
+# reads back: the fp32 accumulator (CUTLASS's GemmSplitKParallel keeps ElementAccumulator).
+SPLIT_K_ACCUMULATOR_BYTES = 4
 # Machines whose kernels are issued by a separate host, asynchronously (docs/timing.md,
 # "Dispatch"); on the others the core that computes also issues, so dispatch adds.
 ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
@@ -475,12 +478,33 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
     units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
     tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
-    busy = units
+    busy, workspace = units, 0
     if units and tiles:
         # ceil(tiles / units) waves, each as long as one tile on one unit.
         compute *= -(-tiles // units) * units / tiles
         busy = min(units, tiles)
+        if work.op in ("gemm", "gemv") and work.dims and min(work.dims) > 0:
+            # Tile quantization: every tile computes its whole tm x tn x k_slice block,
+            # padding included, in the tile shape the library picks (product_tiling).
+            from .workloads.lowering import params_of, product_tiling  # lazy: lowering imports profiles
+            m, n, k = work.dims
+            batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
+            params = params_of(machine.schedule)
+            tiling = product_tiling(work.dims, batch, work.dtype, params)
+            if params.get("tile_shapes"):
+                # only where the profile states its library's tiles: a lone tile_m x tile_n
+                # is a modelling choice for the waves, not the only kernel the library has
+                # (cuBLAS runs M = 1 as a GEMV, not as a padded 128-row tile)
+                compute *= tiling.padding(work.dims)
+            if tiling.splits > 1:
+                # Parallel split-K: each K slice writes its fp32 partial output to a workspace
+                # and a reduction kernel reads them all back (CUTLASS GemmSplitKParallel +
+                # ReduceSplitK): traffic the replayed streams do not carry.
+                workspace = 2 * SPLIT_K_ACCUMULATOR_BYTES * tiling.splits * batch * m * n
     in_flight = float(machine.schedule.params.get("bytes_in_flight", 0.0))
+    into = _workspace_level(machine, workspace)
+    if into not in {lv.name for lv in traffic.levels}:
+        into = MEMORY
     terms = {}
     for lv in traffic.levels:
         bandwidth = lv.bandwidth
@@ -488,9 +512,19 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
             # Little's law: the busy units deliver at most their bytes in flight per latency.
             cap = busy * in_flight / lv.latency
             bandwidth = min(bandwidth, cap) if bandwidth else cap
-        terms[lv.name] = lv.bytes / bandwidth if bandwidth else 0.0
+        moved = lv.bytes + (workspace if lv.name == into else 0)
+        terms[lv.name] = moved / bandwidth if bandwidth else 0.0
     stall = _stall_over(max(terms.values()), compute, terms)
     return ModelTimes(compute, 0.0, stall, terms)
+
+
+def _workspace_level(machine: Machine, workspace: float) -> str:
+    """Where a split-K workspace's traffic goes: the largest shared cache when the partials
+    (written once, then read) fit in it, else main memory."""
+    caches = [lv for lv in machine.levels if not lv.software_managed]
+    if caches and workspace / 2 <= caches[-1].size:
+        return caches[-1].name
+    return MEMORY
 
 
 # The timing models by the name a profile's [timing] model gives.

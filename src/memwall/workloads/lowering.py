@@ -147,18 +147,70 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
     return out
 
 
+@dataclass(frozen=True)
+class Tiling:
+    """How a library runs one product on a tiled machine: its tile shape (``tm x tn``,
+    picked from the profile's ``tile_shapes``), its K slices (split-K), and what that
+    costs the units: ``tiles`` = batch x ceil(M / tm) x ceil(N / tn) x ``splits``, run in
+    ``waves`` = ceil(tiles / units), every tile computing a whole ``tm x tn x k_slice``
+    block (its padding included: tile quantization)."""
+
+    tm: int
+    tn: int
+    splits: int
+    tiles: int
+    waves: int
+    k_slice: int
+
+    def padding(self, dims: tuple[int, int, int]) -> float:
+        """Multiply-adds the tiles compute / the product's (>= 1): tile quantization."""
+        m, n, k = dims
+        return (-(-m // self.tm) * self.tm * -(-n // self.tn) * self.tn * self.splits * self.k_slice) / (m * n * k)
+
+
+def tile_shapes(p: Mapping[str, Any], dtype: str) -> list[tuple[int, int]]:
+    """The tile shapes the machine's library has for ``dtype``: the schedule's
+    ``tile_shapes`` (a list, or a table by dtype with an optional ``default``), else the
+    one ``tile_m x tile_n``."""
+    shapes = p.get("tile_shapes")
+    if isinstance(shapes, Mapping):
+        shapes = shapes.get(dtype, shapes.get("default"))
+    if not shapes:
+        return [(int(p["tile_m"]), int(p["tile_n"]))]
+    return [(int(a), int(b)) for a, b in shapes]
+
+
+def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mapping[str, Any]) -> Tiling:
+    """The tiling a library picks for a (M, N, K) product of ``batch`` items.
+
+    Split-K: while a shape's output tiles are fewer than the units, K is cut into
+    ``min(ceil(K / tile_k), units // tiles)`` slices (CUTLASS's GemmSplitKParallel, cuBLAS
+    for small outputs), so more units share the work. Shape: among ``tile_shapes``, the
+    one whose busiest unit computes the fewest multiply-adds, waves x tm x tn x k_slice
+    (tile and wave quantization: what the library's heuristic aims at), ties to the
+    larger tile (fewer operand loads per multiply-add), then to the earlier listed."""
+    m, n, k = dims
+    units, tk = int(p["units"]), int(p["tile_k"])
+    best: tuple[tuple[int, int], Tiling] | None = None
+    for tm, tn in tile_shapes(p, dtype):
+        out = batch * -(-m // tm) * -(-n // tn)
+        splits = min(-(-k // tk), max(1, units // out)) if out < units else 1
+        tiles = out * splits
+        t = Tiling(tm, tn, splits, tiles, -(-tiles // units), -(-k // splits))
+        key = (t.waves * tm * tn * t.k_slice, -tm * tn)
+        if best is None or key < best[0]:
+            best = (key, t)
+    assert best is not None
+    return best[1]
+
+
 def _tiled_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
-    """Tiles a tiled kernel runs as, for its waves over the units: a product's output tiles
-    (``tile_m x tile_n``, per batch item), split along K while they are fewer than the
-    units (split-K, as CUTLASS's GemmSplitKParallel and cuBLAS do for small outputs: at
-    most ceil(K / tile_k) slices, as many as fill the units); an attention's query tiles per
-    head; else thread blocks of ``ELEMENTWISE_GRAIN`` elements."""
+    """Tiles a tiled kernel runs as, for its waves over the units: a product's tiles as
+    :func:`product_tiling` picks them (output tiles, split along K while they are fewer
+    than the units); an attention's query tiles per head; else thread blocks of
+    ``ELEMENTWISE_GRAIN`` elements."""
     if kernel.op in ("gemm", "gemv") and kernel.dims is not None:
-        m, n, k = kernel.dims
-        out = kernel.batch * -(-m // int(p["tile_m"])) * -(-n // int(p["tile_n"]))
-        units = int(p["units"])
-        splits = min(-(-k // int(p["tile_k"])), max(1, units // out)) if out < units else 1
-        return out * splits
+        return product_tiling(kernel.dims, kernel.batch, kernel.dtype, p).tiles
     if kernel.op == "attention":
         return max(1, kernel.batch * -(-int(kernel.params.get("seq", 1)) // int(p["tile_m"])))
     return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
@@ -700,7 +752,10 @@ def _operand_block(ref: TensorRef, base: Any, rows: int, chunk: int, row_stride:
 
 def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
     o = _ops(kernel)
-    tm, tn, tk, units = int(p["tile_m"]), int(p["tile_n"]), int(p["tile_k"]), int(p["units"])
+    tk, units = int(p["tile_k"]), int(p["units"])
+    assert kernel.dims is not None
+    tiling = product_tiling(kernel.dims, kernel.batch, kernel.dtype, p)
+    tm, tn = tiling.tm, tiling.tn  # the library's tile for this shape
     e = o.e
     kch = tk * max(1, -(-TILED_K_BYTES // (tk * e)))
     tiles_m, tiles_n = -(-o.m // tm), -(-o.n // tn)
