@@ -3,6 +3,7 @@ log-log, the 2x band shaded (the judge is :mod:`memwall.study.validation`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,9 @@ NAME = "validation"
 TITLE = "Validation: memwall's predictions against published measurements"
 CAPTION = ("memwall's prediction for each published measurement of era_data/measurements "
            "(GEMMs, CUPS of the 1980s machines, a Megatron-LM floor) against the measured value, log-log; "
-           "the grey band is within 2x. The table below gives each case with its source note.")
+           "the grey band is within 2x; the bar through a point is the prediction's interval, converted to the "
+           "metric (a rate's is the seconds' inverted; docs/intervals.md). The table below gives each case with "
+           "its source note.")
 # ``cases``: the judge's rows (CaseResult.as_dict); ``summary``: its summary; ``eras``
 # (optional, for the colours): [{"name", "first", "last"}] as the judge bins years.
 TABLES = ("cases", "summary")
@@ -31,6 +34,13 @@ def _predicted(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in data.get("cases") or [] if r.get("predicted") and r.get("measured")]
 
 
+def _bars(rows: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    """Each row's distance below and above its prediction to its interval's ends (0 without one)."""
+    below = [r["predicted"] - r["interval"]["low"] if r.get("interval") else 0.0 for r in rows]
+    above = [r["interval"]["high"] - r["predicted"] if r.get("interval") else 0.0 for r in rows]
+    return below, above
+
+
 def _era(year: int | None, eras: Sequence[Mapping[str, Any]]) -> str:
     return next((e["name"] for e in eras if year is not None and e["first"] <= year <= e["last"]), UNKNOWN)
 
@@ -45,7 +55,9 @@ def draw(data: Mapping[str, Any]):
     rows = _predicted(data)
     eras = data.get("eras") or []
     fig, ax = plt.subplots(figsize=(7.5, 6.5))
-    values = [v for r in rows for v in (r["measured"], r["predicted"])] or [1.0, 10.0]
+    values = [v for r in rows for v in (r["measured"], r["predicted"],
+                                        *((r["interval"]["low"], r["interval"]["high"]) if r.get("interval") else ()))]
+    values = values or [1.0, 10.0]
     lo, hi = min(values) / 4, max(values) * 4
     xs = [lo, hi]
     ax.fill_between(xs, [x / BAND for x in xs], [x * BAND for x in xs], color="0.88", label="within 2x")
@@ -62,6 +74,10 @@ def draw(data: Mapping[str, Any]):
         if label_key not in seen:
             seen.add(label_key)
             label = f"{era} - {UNITS.get(metric, metric) if point else r['check']}"
+        if r.get("interval"):  # the prediction's interval, drawn under its point
+            below, above = _bars([r])
+            ax.errorbar(r["measured"], r["predicted"], yerr=[below, above], fmt="none", ecolor=colours.get(era, "0.5"),
+                        elinewidth=0.8, alpha=0.6, capsize=2, zorder=2)
         ax.scatter(r["measured"], r["predicted"], marker=marker, s=46, zorder=3, label=label,
                    facecolors=colours.get(era, "0.5") if point else "none", edgecolors=colours.get(era, "0.5"),
                    linewidths=1.2)
@@ -83,8 +99,8 @@ def plotly(data: Mapping[str, Any]) -> dict[str, Any]:
     rows = _predicted(data)
     if not rows:
         return empty_spec(f"{NUMBER}. {TITLE}", NEEDS)
-    lo = min(min(r["measured"], r["predicted"]) for r in rows) / 4
-    hi = max(max(r["measured"], r["predicted"]) for r in rows) * 4
+    lo = min(min(r["measured"], r["predicted"], (r.get("interval") or {}).get("low", math.inf)) for r in rows) / 4
+    hi = max(max(r["measured"], r["predicted"], (r.get("interval") or {}).get("high", 0.0)) for r in rows) * 4
     traces: list[dict[str, Any]] = [
         {"type": "scatter", "mode": "lines", "name": "within 2×", "x": [lo, hi, hi, lo],
          "y": [lo / BAND, hi / BAND, hi * BAND, lo * BAND], "fill": "toself", "fillcolor": "rgba(0,0,0,0.08)",
@@ -93,8 +109,11 @@ def plotly(data: Mapping[str, Any]) -> dict[str, Any]:
          "line": {"color": "#666", "width": 1}, "hoverinfo": "skip"}]
     for metric in dict.fromkeys(r["metric"] for r in rows):
         s = [r for r in rows if r["metric"] == metric]
+        below, above = _bars(s)
         traces.append({"type": "scatter", "mode": "markers", "name": metric, "x": [r["measured"] for r in s],
                        "y": [r["predicted"] for r in s], "marker": {"size": 9},
+                       "error_y": {"type": "data", "symmetric": False, "array": above, "arrayminus": below,
+                                   "thickness": 1, "width": 2},
                        "customdata": custom(s, ("id", "machine", "workload", "measured", "predicted", "ratio",
                                                 lambda r: r.get("check"))),
                        "hovertemplate": hover(("case", "machine", "workload", "measured", "predicted", "ratio",
@@ -109,4 +128,15 @@ def prose(data: Mapping[str, Any]) -> str:
         return ""
     return (f"{summ['point_cases']} point checks: {summ['share_within_2x']:.0%} within 2×, median "
             f"|log2 ratio| {summ['median_abs_log2_ratio']:.2f} ({2 ** summ['median_abs_log2_ratio']:.2f}×), "
-            f"worst {e(summ['worst_case'])} ({2 ** summ['worst_abs_log2_ratio']:.2f}×).")
+            f"worst {e(summ['worst_case'])} ({2 ** summ['worst_abs_log2_ratio']:.2f}×)." + _coverage(summ))
+
+
+def _coverage(summ: Mapping[str, Any]) -> str:
+    """The intervals' coverage, in sample and leave-one-out, when the summary has it."""
+    iv = summ.get("interval_coverage")
+    if not iv or not iv.get("checks"):
+        return ""
+    loo = iv["leave_one_out"]
+    return (f" The intervals ({iv['nominal']:.0%} nominal) hold {iv['covered']} of {iv['checks']} speed measurements"
+            + (f"; each calibrated without its own measurement, {loo['covered']} of {loo['checks']}"
+               if loo.get("checks") else "") + ".")

@@ -18,6 +18,7 @@ from ..profiles import Machine, load_machine
 from ..vocabulary import GENERATE
 from .devices import run_parallel
 from .generate import run_generate
+from .intervals import with_interval
 from .plan import Prepared, check_cost, plan_replay
 from .replay import ReplayCache, _ticker, replay_key, replay_step
 from .result import Result, build_result
@@ -46,7 +47,18 @@ def run_case(case: Case, *, machine: Machine | None = None, exact: bool = False,
     ``replays``, if given, is asked for this case's replay (:func:`replay_key`) before
     the engine runs and given it after: cases that differ only in what the engine never
     sees (bandwidths, latencies, peaks, dispatch) replay once. ``prepared``, if given,
-    supplies the step and the plan when an earlier case built them."""
+    supplies the step and the plan when an earlier case built them.
+
+    The result's ``interval`` is the shipped calibration's (:mod:`memwall.simulation.intervals`),
+    set on the finished prediction: it never moves the seconds."""
+    return with_interval(_run(case, machine=machine, exact=exact, max_lookups=max_lookups, progress=progress,
+                              allow_fallback=allow_fallback, replays=replays, prepared=prepared))
+
+
+def _run(case: Case, *, machine: Machine | None, exact: bool, max_lookups: int | None,
+         progress: Callable[[int, int], Any] | None, allow_fallback: bool, replays: ReplayCache | None,
+         prepared: Prepared | None) -> Result:
+    """:func:`run_case`'s prediction, before its interval."""
     if machine is None:
         machine = load_machine(case.machine)
     if case.phase == GENERATE:  # whole requests: a prefill and decode steps, each run here as a case of its own

@@ -65,6 +65,9 @@ class Time:
     dispatch: dict[str, Any]
     time_by_component: dict[str, float]
     cycles: dict[str, Any]
+    # {"low", "high", "coverage"}: the seconds measurements of this kind of step fell in, as
+    # the shipped calibration says (memwall.simulation.intervals; None: no calibration)
+    interval: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..model_version import MODEL_VERSION
 from ..study.identity import machine_info, network_info
 from .columns import TYPES, Column
+from .intervals import row_interval
 from .result import SERVING_COLUMNS, SERVING_EVERY_ROW
 
 if TYPE_CHECKING:
@@ -46,6 +47,12 @@ ROW: tuple[Column, ...] = (
     Column("status", "text", "", "status", "ok or error", required=True),
     Column("error", "text", "", "error", "why the case failed"),
     Column("seconds", "number", "s", "time", "one step (one optimizer step with accumulation)"),
+    # the prediction's interval (memwall.simulation.intervals; null without a calibration)
+    Column("interval_low", "number", "s", "time low", "the interval's low end: seconds measurements of this kind "
+           "of step reach at the fast tail (docs/intervals.md)"),
+    Column("interval_high", "number", "s", "time high", "the interval's high end: seconds at the slow tail"),
+    Column("interval_coverage", "number", "", "coverage", "the share of measurements the interval is calibrated "
+           "to hold"),
     Column("stall_fraction", "number", "", "stall", "stall cycles / total cycles"),
     Column("fraction_of_peak", "number", "", "of peak", "achieved FLOP/s / datasheet peak"),
     Column("cups", "number", "CUPS", "CUPS", "connection updates per second (training only)"),
@@ -188,6 +195,8 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
     total = float(cycles["total"])
     row.update({
         "seconds": float(result["seconds"]),
+        # from the calibration shipped now, not a stored result's: a recalibration moves no case key
+        **row_interval(result),
         "stall_fraction": float(result["stall_fraction"]),
         "fraction_of_peak": float(result["fraction_of_peak"]),
         "cups": float(result["cups"]) if case.phase == "train" else None,  # CUPS count training updates

@@ -30,6 +30,10 @@ Metric conversions, exactly as computed here (``s`` = predicted seconds of one s
 
 ``cups`` and ``cps`` are the prediction's own (it computes C × b ÷ s for the phase it
 ran); where it ran the other phase, C comes from the network preset.
+
+Each judged case carries the prediction's interval in its metric (:func:`metric_interval`,
+from the calibration installed now: :func:`with_intervals`), and the summary its coverage
+(``interval_coverage``, :mod:`memwall.study.intervals`; docs/intervals.md).
 """
 
 
@@ -38,14 +42,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..options import Case
 from ..options import names as option_names
 from .identity import is_path
 from .measurements import Measurement
+
+if TYPE_CHECKING:
+    from ..simulation.intervals import Calibration
 
 Predictor = Callable[[Case], Mapping[str, Any]]
 
@@ -76,6 +83,11 @@ class CaseResult:
     error: str | None = None  # the reason, when status is not ok
     kind: str | None = None  # the machine's kind (gpu, vector, array, ...), for the table by kind
     framework: str | None = None  # the software that ran the measured step (Measurement.framework)
+    # the prediction's regime (memwall.simulation.intervals.regime) and its interval in the
+    # metric's unit ({"low", "high", "coverage"}; a rate's low end from the seconds' high end)
+    regime: str | None = None
+    interval: dict[str, float] | None = None
+    seconds: float | None = None  # the prediction's seconds, which the interval is on
 
     @property
     def optimistic(self) -> bool | None:
@@ -88,6 +100,13 @@ class CaseResult:
     @property
     def log2_ratio(self) -> float | None:
         return None if self.ratio is None else math.log2(self.ratio)
+
+    @property
+    def in_interval(self) -> bool | None:
+        """Whether the measurement lies in the prediction's interval (its ends included)."""
+        if self.interval is None or self.status != "ok":
+            return None
+        return self.interval["low"] <= self.measured <= self.interval["high"]
 
     @property
     def within_band(self) -> bool | None:
@@ -104,6 +123,7 @@ class CaseResult:
         d = asdict(self)
         d["log2_ratio"] = self.log2_ratio
         d["within_band"] = self.within_band
+        d["in_interval"] = self.in_interval
         return d
 
 
@@ -185,6 +205,24 @@ def predicted_metric(metric: str, prediction: Mapping[str, Any], *, batch: int =
     raise InputError(f"unknown metric {metric!r}", field="metric")
 
 
+# Speed metrics that are times; the other speed metrics are rates (work ÷ seconds).
+TIME_METRICS = ("seconds", "seconds_per_token")
+
+
+def metric_interval(metric: str, predicted: float, seconds: float,
+                    interval: Mapping[str, float] | None) -> dict[str, float] | None:
+    """The interval on the prediction's ``seconds``, in the measurement's metric: a time
+    scales with the seconds (predicted × low ÷ seconds, predicted × high ÷ seconds); a rate
+    is inverted (predicted × seconds ÷ high is its low end: the slow tail is the low rate);
+    an energy metric has none (the interval is on time)."""
+    if interval is None or metric in ENERGY_METRICS or not seconds > 0:
+        return None
+    lo, hi = interval["low"] / seconds, interval["high"] / seconds
+    if metric in TIME_METRICS:
+        return {"low": predicted * lo, "high": predicted * hi, "coverage": interval["coverage"]}
+    return {"low": predicted / hi, "high": predicted / lo, "coverage": interval["coverage"]}
+
+
 def known_ids(kind: str) -> set[str] | None:
     """Ids of the shipped machines or networks (None: check nothing)."""
     if kind == "machine":
@@ -212,6 +250,8 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
     profile file is allowed: the predictor decides). An InputError from the predictor is
     reported on its case, as 'error', and the others still run.
     """
+    from ..simulation.intervals import load_calibration, regime
+
     predictor = predictor or default_predictor()
     machines = known_ids("machine") if check_ids else None
     networks = known_ids("network") if check_ids else None
@@ -238,6 +278,8 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
                 error, prediction = text, None
             except Exception as err:  # noqa: BLE001 - any failure is this case's, reported on it
                 status, error, prediction = "error", f"{type(err).__name__}: {err}", None
+        year, kind = _machine_info(m.machine)
+        reg = seconds = None
         if prediction is None:
             predicted = ratio = None
             bound = None
@@ -245,13 +287,31 @@ def validate(measurements: Sequence[Measurement], predictor: Predictor | None = 
             ratio = predicted / m.value
             bound = prediction.get("bound")
             bound = str(bound) if bound is not None else None
-        year, kind = _machine_info(m.machine)
+            reg, seconds = regime(prediction), float(prediction["seconds"])
         results.append(CaseResult(
             id=m.id, machine=m.machine, workload=m.workload, metric=m.metric, measured=m.value,
             predicted=predicted, ratio=ratio, status=status, check=m.check, bound=bound,
             reliability=m.reliability, notes=m.notes, explanation=m.explanation, source=m.source,
             year=m.year if m.year is not None else year, error=error, kind=kind, framework=m.framework,
+            regime=reg, seconds=seconds,
         ))
+    # the intervals from the calibration shipped now (a stored prediction's may predate it)
+    return with_intervals(results, load_calibration())
+
+
+def with_intervals(results: Sequence[CaseResult], calibration: Calibration | None) -> list[CaseResult]:
+    """``results`` with each interval from ``calibration`` (None: none), in the metric's unit
+    (:func:`metric_interval`); the predictions are untouched."""
+    from ..simulation.intervals import interval_of
+
+    out = []
+    for r in results:
+        interval = None
+        if r.status == "ok" and r.predicted is not None and r.seconds:
+            interval = metric_interval(r.metric, r.predicted, r.seconds,
+                                       interval_of(r.seconds, r.kind, r.regime, calibration))
+        out.append(replace(r, interval=interval))
+    return out
     return results
 
 
@@ -266,7 +326,7 @@ def _machine_info(machine: str) -> tuple[int | None, str | None]:
     return m.year, m.kind
 
 
-def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
+def summarize(results: Sequence[CaseResult], intervals: Calibration | None = None) -> dict[str, Any]:
     """Cases, median and worst |log2 ratio| and the share within 2x (point checks), bound checks held.
 
     Only point checks enter the median, worst and share: a bound check (e.g. a multi-GPU run's
@@ -295,7 +355,18 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "by_quantity": _grouped(point, lambda r: "energy" if r.metric in ENERGY_METRICS else "speed"),
         "optimistic_share": sum(1 for r in point if r.optimistic) / len(point) if point else None,
         "calibration": calibration(point),
+        # the intervals' empirical coverage on this set (memwall.study.intervals.summary)
+        "interval_coverage": interval_summary(results, intervals),
     }
+
+
+def interval_summary(results: Sequence[CaseResult], calibration: Calibration | None = None) -> dict[str, Any] | None:
+    """How many point checks of speed lie in their interval, in sample and leave-one-out
+    (:func:`memwall.study.intervals.summary`; ``calibration`` None: the shipped one); None
+    without a calibration."""
+    from .intervals import summary
+
+    return summary(results, calibration)
 
 
 def calibration(point: Sequence[CaseResult]) -> list[dict[str, Any]]:
@@ -333,17 +404,24 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def _interval_text(r: CaseResult) -> str:
+    """``low-high`` in the metric's unit, ``*`` after it when the measurement lies outside."""
+    if r.interval is None:
+        return "-"
+    return f"{_num(r.interval['low'])}-{_num(r.interval['high'])}" + ("" if r.in_interval else " *")
+
+
 def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | None = None) -> str:
     """The text report: one row per case, its note, then the summary."""
     summary = summary if summary is not None else summarize(results)
-    header = ("id", "machine", "workload", "metric", "measured", "predicted", "ratio", "bound", "check")
+    header = ("id", "machine", "workload", "metric", "measured", "predicted", "ratio", "interval", "bound", "check")
     rows = []
     for r in results:
         mark = {"lower-bound-on-prediction": ">=", "upper-bound-on-prediction": "<="}.get(r.check, "")
         held = "" if r.within_band is None else (" ok" if r.within_band else " MISS")
         rows.append((r.id, r.machine, r.workload, r.metric, _num(r.measured),
                      _num(r.predicted) if r.status == "ok" else r.status,
-                     _num(r.ratio), r.bound or "-", (mark or "point") + held))
+                     _num(r.ratio), _interval_text(r), r.bound or "-", (mark or "point") + held))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths, strict=True)).rstrip()]
     for r, row in zip(results, rows, strict=True):
@@ -381,14 +459,22 @@ def format_table(results: Sequence[CaseResult], summary: Mapping[str, Any] | Non
         width = max(len(n) for n in names)
         lines.extend(f"  {n.ljust(width)}  {r['count']:3d}  {r['median_ratio']:.3g}  {r['within_2x']:.0%}  "
                      f"{r['optimistic_share']:.0%}" for n, r in zip(names, rows, strict=True))
+    iv = summary.get("interval_coverage")
+    if iv and iv["checks"]:
+        loo = iv["leave_one_out"]
+        lines.append(f"interval ({iv['nominal']:.0%} nominal): {iv['covered']} of {iv['checks']} point checks of speed "
+                     f"inside ({iv['share']:.0%}); calibrated on the others alone (leave-one-out): {loo['covered']} of "
+                     f"{loo['checks']}" + (f" ({loo['share']:.0%})" if loo["share"] is not None else "")
+                     + f"; calibration at model {iv['calibrated_at']}" + (" (stale)" if iv["stale"] else ""))
     for status, ids in summary["not_predicted"].items():
         lines.append(f"{status}: {', '.join(ids)}")
     return "\n".join(lines)
 
 
-def to_json(results: Sequence[CaseResult]) -> dict[str, Any]:
-    """``{"cases": [...], "summary": {...}}`` for ``memwall validate --json``."""
-    return {"cases": [r.as_dict() for r in results], "summary": summarize(results)}
+def to_json(results: Sequence[CaseResult], intervals: Calibration | None = None) -> dict[str, Any]:
+    """``{"cases": [...], "summary": {...}}`` for ``memwall validate --json`` (``intervals``:
+    the calibration the coverage is of; None: the shipped one)."""
+    return {"cases": [r.as_dict() for r in results], "summary": summarize(results, intervals)}
 
 
 ERAS: tuple[tuple[str, int, int], ...] = (
