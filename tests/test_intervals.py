@@ -121,6 +121,9 @@ def test_calibration_reproduces_the_quantiles_of_a_synthetic_set(tmp_path) -> No
     # the interval always holds the prediction, even where every measurement is slower
     slow = cal.calibrate([_case(r) for r in (2.0, 3.0, 4.0, 5.0)], min_count=2)  # predicted FLOP/s above measured
     assert slow.group_for("gpu", "gemm").factors[0] == 1.0
+    # a machine whose profile did not load calibrates only the groups over every kind
+    nokind = cal.calibrate([_case(r, kind=None) for r in (1.0, 2.0, 3.0)], min_count=2)  # type: ignore[arg-type]
+    assert {(g.kind, g.regime) for g in nokind.groups} == {("*", "gemm"), ("*", "*")}
 
 
 def test_a_calibration_at_another_model_version_warns_but_applies(tmp_path, monkeypatch, capsys) -> None:

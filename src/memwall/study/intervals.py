@@ -74,8 +74,10 @@ def calibrate(results: Sequence[CaseResult], *, coverage: float = COVERAGE, min_
     members: dict[tuple[str, str], list[float]] = {}
     for r in cases:
         e = residual(r)
-        kind = r.kind or "unknown"
-        for key in ((kind, r.regime), (ANY, r.regime), (kind, ANY), (ANY, ANY)):
+        # a machine whose profile did not load has no kind: it calibrates the groups over every kind only
+        keys = ((r.kind, r.regime), (ANY, r.regime), (r.kind, ANY), (ANY, ANY)) if r.kind else \
+            ((ANY, r.regime), (ANY, ANY))
+        for key in keys:
             members.setdefault(key, []).append(e)
     tail = (1 - coverage) / 2
     groups = tuple(Group(kind, reg, len(es), quantile(es, tail), quantile(es, 1 - tail))
