@@ -3,7 +3,9 @@
 Owns: :data:`FRAMEWORK` (the declaration of ``era_data/frameworks/<id>.toml``),
 :class:`Framework` (one loaded file: the kernel-issue mode it runs, the host seconds it
 adds per kernel run, per layer pass and per step, the synchronisation that ends a step,
-and the base latency it pays per collective), :func:`load_framework`,
+the base latency it pays per collective, and the kernels it runs for an operation: what
+decode attention reads of a preallocated cache, the vector instructions a weight-only
+product spends per weight), :func:`load_framework`,
 :func:`framework_ids` (the shipped files' ids and :data:`HAND_WRITTEN`),
 :func:`framework_for` (the framework a case runs with: its own, else the profile's
 ``[timing] framework``, else hand-written).
@@ -59,6 +61,23 @@ COLLECTIVES = Table("[collectives]", (
           "baseLat for the protocol it picks)", parse=_time, unit=_T, figure="required"),
     Field("note", "str", "free text"),
 ), doc="The alpha of each collective call: the links' per-hop latencies and bandwidths are the machine's.")
+_I = "instructions a weight (`1.375`)"
+DECODE_ATTENTIONS = ("filled", "allocated")
+KERNELS = Table("[kernels]", (
+    Field("decode_attention", "word", "what decode attention reads of a KV cache preallocated to `--cache-length` "
+          "tokens: `filled` (each sequence's context + 1 rows, as kernels told each sequence's length do) or "
+          "`allocated` (every allocated row, the unfilled ones masked, as attention over the whole cache tensor "
+          "does); unstated: filled", choices=DECODE_ATTENTIONS, noun="decode attention"),
+    Field("dequant_int4", "number", "vector-unit instructions per weight its weight-only int4 product executes to "
+          "unpack, convert, scale and offset each weight (and, where it computes the product on the vector "
+          "units, the multiply-add), counted at the 32-bit instruction rate (an instruction at half or a quarter "
+          "of that rate counts 2 or 4); unstated: the scale multiply and zero-point subtraction the step counts "
+          "(2)", minimum=0, unit=_I, figure="required"),
+    Field("dequant_int8", "number", "as dequant_int4, for int8 weights; unstated: 2", minimum=0, unit=_I,
+          figure="required"),
+    Field("note", "str", "free text"),
+), doc="The kernels it runs for an operation where they differ from the plain ones (docs/timing.md, 'The "
+       "framework').")
 FRAMEWORK_TABLE = Table("[framework]", (
     Field("name", "text", "the framework's name", required=True),
     Field("version", "text", "the version the figures describe", required=True),
@@ -75,6 +94,7 @@ FRAMEWORK = Table("framework file", (
     Field("framework", "table", "identity and kernel issue", required=True, table=FRAMEWORK_TABLE),
     Field("host", "table", "host seconds it adds", table=HOST),
     Field("collectives", "table", "the base latency per collective call", table=COLLECTIVES),
+    Field("kernels", "table", "the kernels it runs for an operation", table=KERNELS),
     Field("sources", "mapping", "key -> full citation or URL"),
 ), doc="One framework or runtime: `era_data/frameworks/<id>.toml` (docs/timing.md, 'The framework').")
 
@@ -94,6 +114,8 @@ class Framework:
     step: float = 0.0
     synchronize: float = 0.0
     collective_base: float = 0.0
+    decode_attention: str = "filled"  # what decode attention reads of a preallocated cache
+    dequant: Mapping[str, float] = field(default_factory=dict)  # stored type -> vector instructions a weight
     unstated: tuple[str, ...] = ()
     provenance: Mapping[str, Figure] = field(default_factory=dict, compare=False, repr=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -104,12 +126,24 @@ class Framework:
         """True when it adds nothing around the kernels."""
         return not (self.operator or self.layer or self.step or self.synchronize or self.collective_base)
 
+    def dequant_instructions(self, stored: str) -> float:
+        """Vector-unit instructions (at the 32-bit rate) its weight-only product executes per
+        weight stored in ``stored``: the file's figure, else the operations the step counts
+        (a scale multiply, and an integer type's zero-point subtraction)."""
+        if stored in self.dequant:
+            return self.dequant[stored]
+        return 2.0 if stored.startswith("int") else 1.0
+
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "version": self.version, "dispatch": self.dispatch,
                 "synchronizes": self.synchronizes,
                 "host": {"operator": self.operator, "layer": self.layer, "step": self.step,
                          "synchronize": self.synchronize},
-                "collective_base": self.collective_base, "unstated": list(self.unstated)}
+                "collective_base": self.collective_base, "unstated": list(self.unstated),
+                # only a file that states [kernels]: the plain kernels are no figure of their own
+                **({"kernels": {"decode_attention": self.decode_attention,
+                                **{f"dequant_{k}": v for k, v in sorted(self.dequant.items())}}}
+                   if self.decode_attention != "filled" or self.dequant else {})}
 
 
 BARE = Framework(HAND_WRITTEN, "hand-written code: the kernels alone")
@@ -145,11 +179,14 @@ def load_framework_file(path: str | Path) -> Framework:
     unstated = tuple(f"host.{k}" for k in HOST_FIGURES if k not in host)
     if "base" not in coll:
         unstated += ("collectives.base",)
+    kernels = values.get("kernels", {})
     return Framework(id=path.stem, name=ident["name"], version=ident["version"], dispatch=ident["dispatch"],
                      attention=ident.get("attention"),
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
+                     decode_attention=kernels.get("decode_attention", "filled"),
+                     dequant={k[len("dequant_"):]: v for k, v in kernels.items() if k.startswith("dequant_")},
                      unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),
                      path=str(path))
 

@@ -214,6 +214,10 @@ OPTIONS: tuple[Option, ...] = (
             f"product ({', '.join(BLOCK_FORMATS)} with their block scales)", STEP, choices=WEIGHT_DTYPES, phases=INFERENCE),
     _option("kv_dtype", str, "the KV cache's type", STEP, choices=KV_DTYPES, phases=SERVING_PHASES,
             default_doc="dtype"),
+    _option("cache_length", int, "decode: tokens each sequence's KV cache is preallocated for (a static cache, "
+            "gpt-fast's max_seq_length); the framework's [kernels] decode_attention says whether attention reads "
+            "every allocated row or the filled ones (docs/serving.md)", STEP, minimum=1, phases=("decode",),
+            default_doc="context + 1 (the cache holds what it is filled with)", metavar="N"),
     _option("weight_group", int, "int4 weights: weights that share one fp16 scale (GPTQ and AWQ use 32-128)", STEP,
             minimum=1, maximum=MAX_WEIGHT_GROUP, phases=INFERENCE, default_doc="128", metavar="N", needs=GROUPED),
     _option("weight_zero", str, "int4 weights: the type of each group's zero point, stored beside its scale "
@@ -316,8 +320,13 @@ class _CaseMethods:
         """The workload and the given options read by ``stages`` (all of them when none is
         named): what a step or a replay depends on."""
         keep = set(names(*stages))
-        return {"network": self.network, "gemm": list(self.gemm) if self.gemm is not None else None,
-                **{k: v for k, v in self.given().items() if k in keep}}
+        out = {"network": self.network, "gemm": list(self.gemm) if self.gemm is not None else None,
+               **{k: v for k, v in self.given().items() if k in keep}}
+        if "cache_length" in out and "framework" not in keep:
+            # the framework (the case's, else the machine's default) decides what decode reads of
+            # a preallocated cache, so it shapes such a step
+            out["framework"] = self.framework or f"{self.machine}'s default"
+        return out
 
 
 Case = make_dataclass(

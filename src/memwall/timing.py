@@ -219,6 +219,17 @@ def arithmetic_rate(machine: Machine, dtype: str, op: str, *, achievable: bool =
     return peak
 
 
+def instruction_rate(machine: Machine) -> float:
+    """32-bit instructions a second the vector units issue, summed over lanes: the fp32
+    vector rate ([compute.vector] fp32, else the fp32 peak: :func:`arithmetic_rate`) over
+    the 2 FLOPs of one fused multiply-add. No profile states an integer rate, so integer,
+    logic and shift instructions are taken at the FMA's rate: so they are on compute
+    capability 8.0 (A100: 64 results a clock an SM for each, CUDA C++ Programming Guide,
+    'Arithmetic Instructions'); where fp32 issues at twice the integer rate (9.0, H100:
+    128 against 64) this is optimistic for the integer part."""
+    return arithmetic_rate(machine, "fp32", "elementwise") / 2
+
+
 def rate_dtype(machine: Machine, dtype: str) -> str:
     """The dtype whose ``[compute]`` rate runs a product in ``dtype``: itself where the
     machine states it, else the first of its fallbacks (:data:`DTYPE_FALLBACK`) that it
@@ -249,6 +260,7 @@ class KernelWork:
     flops: int
     ops: Mapping[str, int]  # itemised operations (fma, add, sub, mul, div, exp)
     dims: tuple[int, int, int] | None = None  # a product's (M, N, K)
+    instructions: float = 0.0  # vector-unit instructions at the 32-bit rate beyond the FLOPs (dequantization)
 
 
 @dataclass(frozen=True)
@@ -501,6 +513,13 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
                 # and a reduction kernel reads them all back (CUTLASS GemmSplitKParallel +
                 # ReduceSplitK): traffic the replayed streams do not carry.
                 workspace = 2 * SPLIT_K_ACCUMULATOR_BYTES * tiling.splits * batch * m * n
+    if work.instructions:
+        # A weight-only product widens its weights on the vector units, beside the matrix
+        # units' products: the slower of the two bounds the arithmetic, in the same waves.
+        vector = work.instructions / instruction_rate(machine)
+        if units and tiles:
+            vector *= -(-tiles // units) * units / tiles
+        compute = max(compute, vector)
     in_flight = float(machine.schedule.params.get("bytes_in_flight", 0.0))
     into = _workspace_level(machine, workspace)
     if into not in {lv.name for lv in traffic.levels}:
@@ -548,12 +567,15 @@ def time_kernel(
     traffic: KernelTraffic,
     repeat: int = 1,
     dims: tuple[int, int, int] | None = None,
+    instructions: float = 0.0,
 ) -> KernelTiming:
-    """Time one kernel run by the machine's model, then scale by ``repeat``."""
+    """Time one kernel run by the machine's model, then scale by ``repeat``; ``instructions``:
+    the vector-unit instructions a run spends beyond its FLOPs (a weight-only product's
+    dequantization), which the ``throughput`` model times (the others count the operations)."""
     model = MODELS.get(machine.timing.model)
     if model is None:
         raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
-    t = model(machine, KernelWork(op, dtype, flops, ops, dims), traffic)
+    t = model(machine, KernelWork(op, dtype, flops, ops, dims, instructions), traffic)
     widen = word_widening(machine, dtype)
     return KernelTiming(
         name=name,

@@ -68,10 +68,16 @@ def case_network(case: Case) -> Network:
 def case_config(case: Case, network: Network) -> TrainingConfig:
     """The training configuration a network case runs: every step option the configuration
     declares, the network's own dtype unless the case names one."""
-    return TrainingConfig(**{**config_values(case), "dtype": case.dtype or network.dtype})
+    extra = {}
+    if case.cache_length is not None:  # what decode reads of the preallocated cache is the framework's
+        from ..frameworks import framework_for
+        from ..profiles import load_machine
+
+        extra["cache_read"] = framework_for(case.framework, load_machine(case.machine).framework).decode_attention
+    return TrainingConfig(**{**config_values(case), "dtype": case.dtype or network.dtype, **extra})
 
 
 def config_values(case: Case) -> dict:
     """The case's value of each step option :class:`TrainingConfig` declares (a network's
     step: ``single_product`` is the GEMM builder's own)."""
-    return {f.name: getattr(case, f.name) for f in fields(TrainingConfig) if f.name != "single_product"}
+    return {f.name: getattr(case, f.name) for f in fields(TrainingConfig) if f.name not in ("single_product", "cache_read")}

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engine import HierarchyCounters
 from ..errors import InputError
-from ..frameworks import Framework, framework_for
+from ..frameworks import BARE, Framework, framework_for
 from ..profiles import Machine
 from ..timing import (
     KernelTiming,
@@ -81,6 +81,7 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
                 traffic=traffic,
                 repeat=kernel.repeat,
                 dims=kernel.dims,
+                instructions=_dequant_instructions(kernel, framework),
             )
         )
     return StepTiming(
@@ -96,6 +97,15 @@ def simulate_step(machine: Machine, step: Step, *, exact: bool = False, plan: Re
         dispatch=apply_dispatch(machine, timings, step.iterations, dispatch, framework, layer_passes(step.kernels),
                                 timing),
     )
+
+
+def _dequant_instructions(kernel: Any, framework: Framework | None) -> float:
+    """The vector instructions a weight-only product spends widening its weights: the weights
+    it widens a run times what the framework's kernel spends on each (docs/timing.md)."""
+    weights = kernel.ops.get("dequant", 0)
+    if not weights:
+        return 0.0
+    return weights * (framework or BARE).dequant_instructions(kernel.params.get("b_dtype", ""))
 
 
 def stack_of(case: Any, machine: Machine) -> dict[str, Any]:

@@ -79,6 +79,8 @@ class TrainingConfig:
     weight_group: int | None = None  # weights a group scale covers (None: the type's default)
     weight_zero: str | None = None  # the groups' zero points (None: symmetric, none stored)
     update_fusion: str | None = None  # fused | separate (None: fused with per-example updates)
+    cache_length: int | None = None  # decode: tokens each sequence's KV cache is allocated for (None: context + 1)
+    cache_read: str = "filled"  # decode attention reads the filled rows or every allocated row (the framework's)
     single_product: bool = False  # a single GEMM's step: any arithmetic type (fp64 and tf32 too)
 
     def __post_init__(self) -> None:
@@ -146,6 +148,14 @@ class TrainingConfig:
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < (0 if self.phase == "decode" else 1)):
             raise InputError(f"must be a {'non-negative' if self.phase == 'decode' else 'positive'} integer, got {c!r}",
                              field="context")
+        n = self.cache_length
+        if n is not None:
+            if self.phase != "decode":
+                raise InputError(f"cache_length applies to decode only, not {self.phase}", field="cache_length")
+            if isinstance(n, bool) or not isinstance(n, int) or n < (c or 0) + 1:
+                raise InputError(f"must be an integer of at least context + 1 = {(c or 0) + 1} (the cache holds the "
+                                 f"context and this step's token), got {n!r}", field="cache_length")
+        check_word(self.cache_read, ("filled", "allocated"), "cache_read")
         for name, allowed in (("weights", WEIGHT_DTYPES), ("kv_dtype", KV_DTYPES)):
             value = getattr(self, name)
             if value is not None:
@@ -246,6 +256,8 @@ class TrainingConfig:
             "update_fusion": self.update_fusion_mode,
             # the serving options only where given, so other steps print as before
             **{k: v for k, v in (("context", self.context), ("weights", self.weights), ("kv_dtype", self.kv_dtype),
-                                 ("weight_group", self.weight_group), ("weight_zero", self.weight_zero))
+                                 ("weight_group", self.weight_group), ("weight_zero", self.weight_zero),
+                                 ("cache_length", self.cache_length))
                if v is not None},
+            **({"cache_read": self.cache_read} if self.cache_length is not None else {}),
         }

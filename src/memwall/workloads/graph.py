@@ -235,7 +235,8 @@ class Graph:
 
         ``stored``: B is held in this narrow type and dequantized in the product's prologue,
         once per element per run: a scale multiply, and for the integer types the zero
-        point's subtraction (as AWQ and GPTQ kernels do); those operations are counted.
+        point's subtraction (as AWQ and GPTQ kernels do); those operations are counted, and
+        the weights widened (``ops['dequant']``), whose instructions the timing charges.
         Where the type has group scales (WEIGHT_GROUP_SCALES), the product reads B's
         scales too, once a run (lowered with the epilogue's operands, after the product).
         """
@@ -247,7 +248,9 @@ class Graph:
         params: dict[str, Any] = {}
         if stored:
             dq = batch * n * k
-            ops = plus(ops, {"mul": dq, **({"add": dq} if stored.startswith("int") else {})})
+            # "dequant": the weights widened a run (no FLOPs): the timing charges the vector
+            # instructions the framework's kernel spends on each (docs/timing.md, 'throughput')
+            ops = plus(ops, {"mul": dq, **({"add": dq} if stored.startswith("int") else {}), "dequant": dq})
             params = {"b_dtype": stored}
         reads = (a, b, self.scales[b]) if stored and b in self.scales else (a, b)
         self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, reads,

@@ -156,7 +156,8 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
         declare_transformer(g, network, batch, _seq(network, config), training=config.training,
                             optimizer=config.optimizer, phase=config.phase, context=config.context or 0,
                             weights=config.stored_weights, kv_dtype=config.kv_dtype, embed=embed, head=head,
-                            split=split)
+                            split=split, cache_length=config.cache_length or 0,
+                            cache_read=config.cache_read)
     else:
         if config.serving:
             raise InputError(f"{network.id} is not a sequence model: it has no KV cache to {config.phase}",

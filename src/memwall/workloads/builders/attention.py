@@ -58,6 +58,8 @@ class Attn:
     kv_dtype: str | None = None
     cp: int = 1  # context-parallel devices: seq is this device's S / cp tokens
     cp_kind: str = "ring"
+    cache_length: int = 0  # decode: tokens the cache is allocated for (0: the tokens it holds)
+    cache_read: str = "filled"  # decode attention reads the filled rows, or every allocated one
 
     @property
     def ring(self) -> bool:
@@ -95,6 +97,17 @@ class Attn:
     def cached(self) -> int:
         """Tokens the cache holds at the end of the step."""
         return self.context + 1 if self.phase == "decode" else self.context
+
+    @property
+    def allocated(self) -> int:
+        """Tokens the cache is allocated for: a preallocated decode cache's length, else what it holds."""
+        return max(self.cached, self.cache_length) if self.phase == "decode" else self.cached
+
+    @property
+    def attended(self) -> int:
+        """Cached rows decode attention reads: every allocated one (the unfilled masked) when
+        the framework's kernel attends over the whole cache tensor, else the filled ones."""
+        return self.allocated if self.cache_read == "allocated" else self.cached
 
     def cache_row(self) -> tuple[int, int]:
         """Values a cached token holds per KV head for K and for V (MLA: the latent, once)."""
@@ -208,17 +221,24 @@ def _cache(at: Attn, sources: tuple[str, ...]) -> tuple[str, str | None]:
     kv_heads = 1 if net.mla else net.kv_heads
     kr, vr = at.cache_row()
     bits = at.kv_bits
-    per_k = at.batch * kv_heads * at.cached * kr
-    per_v = at.batch * kv_heads * at.cached * vr
+    # allocated (a preallocated cache's length, else what it holds); the rows attention reads
+    # are a prefix of each half, the filled ones or all of them
+    per_k = at.batch * kv_heads * at.allocated * kr
+    per_v = at.batch * kv_heads * at.allocated * vr
+    read_k = at.batch * kv_heads * at.attended * kr
+    read_v = at.batch * kv_heads * at.attended * vr
+    filled_k = at.batch * kv_heads * at.cached * kr
+    filled_v = at.batch * kv_heads * at.cached * vr
     cache = g.tensor("kv_cache", per_k + per_v, cls="kv_cache", whole_step=True, bits=bits)
-    kc = g.view(cache, "kv_cache.k", 0, -(-per_k * bits // 8))
-    vc = g.view(cache, "kv_cache.v", -(-per_k * bits // 8), -(-per_v * bits // 8)) if vr else None
+    v0 = -(-per_k * bits // 8)  # V starts after the whole allocation of K
+    kc = g.view(cache, "kv_cache.k", 0, -(-read_k * bits // 8))
+    vc = g.view(cache, "kv_cache.v", v0, -(-read_v * bits // 8)) if vr else None
     new = at.r.n * kv_heads  # rows stored this step
     nk, nv = -(-new * kr * bits // 8), -(-new * vr * bits // 8)
-    if at.phase == "decode":  # the appended row, placed at the end of K and of V
-        dests: tuple[str, ...] = (g.view(cache, "kv_cache.k.new", -(-per_k * bits // 8) - nk, nk),)
+    if at.phase == "decode":  # the appended row, placed at the end of the filled K and V
+        dests: tuple[str, ...] = (g.view(cache, "kv_cache.k.new", -(-filled_k * bits // 8) - nk, nk),)
         if vr:
-            dests += (g.view(cache, "kv_cache.v.new", -(-(per_k + per_v) * bits // 8) - nv, nv),)
+            dests += (g.view(cache, "kv_cache.v.new", v0 + -(-filled_v * bits // 8) - nv, nv),)
     else:
         dests = (kc,) + ((vc,) if vc else ())
     narrow = {"mul": new * (kr + vr)} if bits < 8 * g.esz else {}  # scale to the cache's type
@@ -227,9 +247,10 @@ def _cache(at: Attn, sources: tuple[str, ...]) -> tuple[str, str | None]:
 
 
 def _decode_core(at: Attn, q: str, kc: str, vc: str | None) -> str:
-    """One query token a sequence against the cache: scores, softmax and context, fused."""
+    """One query token a sequence against the cache: scores, softmax and context, fused, over
+    the rows it attends (a masked kernel computes the scores of the unfilled rows too)."""
     g, net = at.r.g, at.net
-    s = at.cached
+    s = at.attended
     if net.mla:
         m = net.mla
         assert m is not None

@@ -71,6 +71,8 @@ class _Model:
     weights: str | None = None  # block matrices stored in this narrow type (weight-only quantization)
     kv_dtype: str | None = None  # the KV cache's type (None: the compute dtype)
     split: SeqSplit = NO_SPLIT  # seq is this device's S / cp tokens of a sequence
+    cache_length: int = 0  # decode: tokens the cache is allocated for (0: context + 1)
+    cache_read: str = "filled"  # decode attention reads the filled rows, or every allocated one
 
     @property
     def tok(self) -> int:
@@ -161,7 +163,8 @@ def _block(g: Graph, md: _Model, kind: str, x: str, p: dict[str, Param | None]) 
     net, r, rs = md.net, Rows(g, md.tok), Rows(g, md.sp_tok)
     h = net.d_model
     n1 = norm(rs, "ln1", "forward", x, p["ln1"], h, net.norm)
-    at = Attn(net, md.batch, md.seq, r, md.phase, md.context, md.kv_dtype, md.split.cp, md.split.cp_kind)
+    at = Attn(net, md.batch, md.seq, r, md.phase, md.context, md.kv_dtype, md.split.cp, md.split.cp_kind,
+              md.cache_length, md.cache_read)
     sv = attention(at, _gather(g, md, "ln1.out.gathered", n1), p)
     o = linear(r, "wo", "forward", sv["ctx"], p["wo"], p["wo.b"], net.heads * net.v_dim(), h)
     x2 = g.tensor("resid.attn", rs.n * h)
@@ -298,13 +301,15 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
 def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, training: bool, optimizer: str,
                         phase: str = "train", context: int = 0, weights: str | None = None,
                         kv_dtype: str | None = None, embed: bool = True, head: bool = True,
-                        split: SeqSplit = NO_SPLIT) -> None:
+                        split: SeqSplit = NO_SPLIT, cache_length: int = 0, cache_read: str = "filled") -> None:
     """Declare the step of a transformer on ``batch`` sequences of ``seq`` tokens into ``g``.
 
     ``phase`` decode: ``seq`` is 1, the new token, against ``context`` cached tokens;
     prefill: ``seq`` = ``context``, the prompt, whose keys and values fill the cache.
     ``embed`` / ``head`` false: a pipeline stage without the embedding / the head.
     ``split``: this device holds ``seq`` / cp tokens of each sequence (:class:`SeqSplit`).
+    ``cache_length`` (decode): the tokens each sequence's cache is allocated for (0: context + 1);
+    ``cache_read``: ``filled`` (attention reads context + 1 rows) or ``allocated`` (all of them).
     """
     reach = context + 1 if phase == "decode" else seq
     if reach > (net.max_positions or reach):
@@ -312,7 +317,7 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
         raise InputError(f"{what} {reach} exceeds the {net.max_positions} learned positions",
                          field="context" if phase in ("decode", "prefill") else "seq_len")
     md = _Model(net, batch, seq // split.cp, training, optimizer, phase=phase, context=context, weights=weights,
-                kv_dtype=kv_dtype, split=split)
+                kv_dtype=kv_dtype, split=split, cache_length=cache_length, cache_read=cache_read)
     if phase == "prefill" and split.cp > 1:  # the prompt this device holds, and caches
         md.context = md.seq
     o, blocks = _params(g, md, embed, head)
