@@ -148,11 +148,15 @@ def test_data_parallel_reduces_every_gradient_byte(gpt2) -> None:
              for z in (0, 1, 3)}
     assert kinds[0] == [("all-reduce", step.ledger.gradients)]
     assert kinds[1] == [("reduce-scatter", step.ledger.gradients), ("all-gather", step.ledger.weights)]
-    # ZeRO-3: each layer's share of the weights, gathered before its forward and its backward
+    # ZeRO-3: each layer's share of the gradients and the weights, reduce-scattered each
+    # micro-batch and gathered before its forward and its backward; the framework's [sharding]
+    # policy times them (tests/test_zero3.py)
     layers = gpt2.n_layers
-    assert kinds[3] == [("reduce-scatter", step.ledger.gradients), ("all-gather", -(-step.ledger.weights // layers))]
+    assert kinds[3] == [("reduce-scatter", -(-step.ledger.gradients // layers)),
+                        ("all-gather", -(-step.ledger.weights // layers))]
     gather = communication(gpt2, cfg, Parallel(dp=4, zero=3), st, step.ledger, 128)[1]
-    assert (gather.count, gather.per, gather.overlap) == (2 * layers, "micro", "compute")
+    assert (gather.count, gather.per, gather.overlap) == (2 * layers, "micro", "prefetch")
+    assert gather.layers * sum(gather.tensors) + gather.extra == step.ledger.weights // gather.elem_bytes
 
 
 def test_expert_gradients_are_reduced_only_over_the_replicas_that_share_them() -> None:

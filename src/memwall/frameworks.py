@@ -61,6 +61,56 @@ COLLECTIVES = Table("[collectives]", (
           "baseLat for the protocol it picks)", parse=_time, unit=_T, figure="required"),
     Field("note", "str", "free text"),
 ), doc="The alpha of each collective call: the links' per-hop latencies and bandwidths are the machine's.")
+
+
+def _count(value: Any, context: dict[str, Any]) -> int:
+    """A count of elements or units: a number, or a string like ``'5e7'``."""
+    try:
+        n = float(str(value).replace("_", ""))
+    except ValueError:
+        raise ValueError(f"expected a count (a number like 50000000 or '5e7'), got {value!r}") from None
+    if n < 0 or n != int(n):
+        raise ValueError(f"expected a whole count of at least 0, got {value!r}")
+    return int(n)
+
+
+_N = "a count (`50000000`, `'5e7'`)"
+GRANULARITIES = ("parameter", "unit")
+SHARDING = Table("[sharding]", (
+    Field("gather", "word", "how ZeRO-3's weights are gathered: `parameter` (one all-gather call per parameter "
+          "tensor, as DeepSpeed's ZeRO-3 does) or `unit` (one call per sharding unit, a layer's flat "
+          "parameter, as FSDP does)", choices=GRANULARITIES, noun="gather granularity"),
+    Field("reduce", "word", "how the gradients are reduce-scattered: `parameter` (one call per parameter "
+          "tensor, issued a reduce bucket at a time) or `unit` (one call per unit, after its backward)",
+          choices=GRANULARITIES, noun="reduce granularity"),
+    Field("persist_below", "any", "parameter tensors with fewer elements stay gathered between passes (gathered "
+          "once a step): DeepSpeed's stage3_param_persistence_threshold", parse=_count, unit=_N,
+          figure="required"),
+    Field("prefetch_bucket", "any", "elements gathered ahead of the module that runs: the prefetch covers the "
+          "following modules until this many elements (at least one module), and the next prefetch is issued "
+          "only when the last one has been waited for (DeepSpeed's stage3_prefetch_bucket_size)", parse=_count,
+          unit=_N, figure="required"),
+    Field("prefetch_depth", "any", "units gathered ahead of the one that runs (FSDP: 1, its backward_prefetch "
+          "and the rate limiter's two all-gathers in flight); ignored where prefetch_bucket is given",
+          parse=_count, unit=_N, figure="required"),
+    Field("max_live", "any", "a prefetch is issued only while fewer elements are gathered and not yet released "
+          "(DeepSpeed's stage3_max_live_parameters): the unit that runs, as memwall counts them; 0: no limit",
+          parse=_count, unit=_N, figure="required"),
+    Field("max_reuse", "any", "a unit stays gathered from its forward to its backward when fewer elements are "
+          "used between the two (DeepSpeed's stage3_max_reuse_distance); 0: every unit is released after its "
+          "forward", parse=_count, unit=_N, figure="required"),
+    Field("reduce_bucket", "any", "gradient elements collected before their reduce-scatters are issued "
+          "(DeepSpeed's reduce_bucket_size); 0: each unit's after its backward", parse=_count, unit=_N,
+          figure="required"),
+    Field("synchronize", "bool", "true if each wait for a gather waits for the whole device (every stream, the "
+          "reduce-scatters in flight included), and a reduce bucket waits for the one before it"),
+    Field("serialized", "bool", "true if the gathers and the reduce-scatters run on one process group's "
+          "communication stream, one after the other in the order issued"),
+    Field("list_copies", "bool", "true if each call passes one tensor per group member (the list form of "
+          "torch.distributed.all_gather / reduce_scatter), which the process group copies to or from a flat "
+          "buffer one tensor at a time on its stream: n copy kernels a call"),
+    Field("note", "str", "free text"),
+), doc="How ZeRO-3 / FSDP gathers, prefetches and reduces (docs/timing.md, 'Devices and the interconnect').")
 _I = "instructions a weight (`1.375`)"
 DECODE_ATTENTIONS = ("filled", "allocated")
 KERNELS = Table("[kernels]", (
@@ -94,9 +144,39 @@ FRAMEWORK = Table("framework file", (
     Field("framework", "table", "identity and kernel issue", required=True, table=FRAMEWORK_TABLE),
     Field("host", "table", "host seconds it adds", table=HOST),
     Field("collectives", "table", "the base latency per collective call", table=COLLECTIVES),
+    Field("sharding", "table", "how ZeRO-3 gathers and reduces", table=SHARDING),
     Field("kernels", "table", "the kernels it runs for an operation", table=KERNELS),
     Field("sources", "mapping", "key -> full citation or URL"),
 ), doc="One framework or runtime: `era_data/frameworks/<id>.toml` (docs/timing.md, 'The framework').")
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """ZeRO-3's gathers and reduce-scatters as a framework runs them ([sharding]); the
+    default, for a framework without the table, is an ideal one: a gather a layer, one
+    layer ahead, on a stream of its own."""
+
+    gather: str = "unit"
+    reduce: str = "unit"
+    persist_below: int = 0  # elements
+    prefetch_bucket: int = 0  # elements; 0: prefetch_depth units
+    prefetch_depth: int = 1  # units
+    max_live: int = 0  # elements; 0: no limit
+    max_reuse: int = 0  # elements; 0: released after each forward
+    reduce_bucket: int = 0  # elements; 0: each unit's after its backward
+    synchronize: bool = False
+    serialized: bool = False
+    list_copies: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gather": self.gather, "reduce": self.reduce, "persist_below": self.persist_below,
+                "prefetch_bucket": self.prefetch_bucket, "prefetch_depth": self.prefetch_depth,
+                "max_live": self.max_live, "max_reuse": self.max_reuse,
+                "reduce_bucket": self.reduce_bucket, "synchronize": self.synchronize,
+                "serialized": self.serialized, "list_copies": self.list_copies}
+
+
+IDEAL_SHARDING = Sharding()
 
 
 @dataclass(frozen=True)
@@ -114,6 +194,7 @@ class Framework:
     step: float = 0.0
     synchronize: float = 0.0
     collective_base: float = 0.0
+    sharding: Sharding = IDEAL_SHARDING
     decode_attention: str = "filled"  # what decode attention reads of a preallocated cache
     dequant: Mapping[str, float] = field(default_factory=dict)  # stored type -> vector instructions a weight
     unstated: tuple[str, ...] = ()
@@ -140,6 +221,8 @@ class Framework:
                 "host": {"operator": self.operator, "layer": self.layer, "step": self.step,
                          "synchronize": self.synchronize},
                 "collective_base": self.collective_base, "unstated": list(self.unstated),
+                # only a file that states [sharding]: the ideal default is no figure of its own
+                **({"sharding": self.sharding.as_dict()} if self.sharding is not IDEAL_SHARDING else {}),
                 # only a file that states [kernels]: the plain kernels are no figure of their own
                 **({"kernels": {"decode_attention": self.decode_attention,
                                 **{f"dequant_{k}": v for k, v in sorted(self.dequant.items())}}}
@@ -179,13 +262,18 @@ def load_framework_file(path: str | Path) -> Framework:
     unstated = tuple(f"host.{k}" for k in HOST_FIGURES if k not in host)
     if "base" not in coll:
         unstated += ("collectives.base",)
+    shard = values.get("sharding")
     kernels = values.get("kernels", {})
+    sharding = IDEAL_SHARDING if shard is None else Sharding(**{
+        k: shard[k] for k in ("gather", "reduce", "persist_below", "prefetch_bucket", "prefetch_depth", "max_live",
+                              "max_reuse", "reduce_bucket", "synchronize", "serialized", "list_copies")
+        if k in shard})
     return Framework(id=path.stem, name=ident["name"], version=ident["version"], dispatch=ident["dispatch"],
                      attention=ident.get("attention"),
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
-                     decode_attention=kernels.get("decode_attention", "filled"),
+                     sharding=sharding, decode_attention=kernels.get("decode_attention", "filled"),
                      dequant={k[len("dequant_"):]: v for k, v in kernels.items() if k.startswith("dequant_")},
                      unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),
                      path=str(path))

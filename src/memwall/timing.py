@@ -842,7 +842,9 @@ class CommTiming:
 
 def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, micro_seconds: float,
                        backward_seconds: float,
-                       attention_seconds: Mapping[str, float] | None = None, base: float = 0.0) -> list[CommTiming]:
+                       attention_seconds: Mapping[str, float] | None = None, base: float = 0.0,
+                       sharding: Any = None, copy: tuple[float, float] = (0.0, 0.0),
+                       recompute_seconds: float = 0.0) -> list[CommTiming]:
     """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
@@ -858,11 +860,22 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
 
     Every collective call also pays the framework's ``base`` latency (alpha, NCCL's
     baseLat): t_one = t(S) + alpha per call, and a bucketed reduction is ceil(S / bucket)
-    calls."""
+    calls.
+
+    ``prefetch`` (ZeRO-3's gathers and gradient reduce-scatters of one group): the
+    framework's ``sharding`` policy (:class:`memwall.frameworks.Sharding`; None: the ideal
+    one) is replayed unit by unit over one micro-batch (:func:`zero3_replay`); the device
+    waits for what the replay's gathers and reduce-scatters leave exposed."""
     from .interconnect import Group, bus_bytes, collective, sent_by_link
 
     out = []
+    sharded = _time_sharded(ic, [c for c in comms if c.overlap == "prefetch"], micro_batches,
+                            micro_seconds - backward_seconds, backward_seconds, base, sharding, copy,
+                            recompute_seconds)
     for c in comms:
+        if c.overlap == "prefetch":
+            out.append(sharded[id(c)])
+            continue
         group = Group(c.size, c.stride)
         calls = -(-c.bytes // BUCKET_BYTES) if c.overlap == "backward" else 1
         one = collective(ic, c.kind, group, c.bytes) + calls * base if c.bytes and c.count else 0.0
@@ -885,6 +898,260 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
         out.append(CommTiming(c.name, c.kind, c.size, c.bytes, n, total, exposed,
                               n * bus_bytes(c.kind, c.size, c.bytes), c.overlap, c.per,
                               {link: n * b for link, b in links.items()}))
+    return out
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One gather unit of ZeRO-3's replay: what one wait gathers and what runs after it."""
+
+    elements: int  # gathered
+    calls: int  # all-gather calls
+    gather: float  # seconds of its gathers, alpha included
+    compute: float  # seconds of the kernels that use it
+    reduce_elements: int = 0  # backward: gradient elements it hands to the reduce-scatters
+    reduce_calls: int = 0
+    reduce: float = 0.0  # backward: seconds of those reduce-scatters, alpha included
+
+
+class _Replay:
+    """The two clocks of :func:`zero3_replay`: the kernels' (t) and the communication
+    streams' (f: the gathers'; r: the reduce-scatters' unless ``serialized`` puts them on f)."""
+
+    def __init__(self, units: Sequence[Unit], policy: Any) -> None:
+        self.units, self.policy = list(units), policy
+        self.done: dict[int, float] = {}  # unit -> when its gathers end
+        self.ready: set[int] = set()  # units already waited for (DeepSpeed's AVAILABLE)
+        self.t = self.f = self.r = self.last = 0.0
+        self.pending_e, self.pending_s = 0, 0.0
+
+    def issue(self, k: int) -> None:
+        if self.units[k].calls == 0:  # nothing to gather (persisted, or a unit of kernels only)
+            self.done[k] = 0.0
+            return
+        self.f = max(self.t, self.f) + self.units[k].gather
+        self.done[k] = self.f
+
+    def wait(self, i: int) -> bool:
+        """Unit i's gathers before its kernels; True if it had to be waited for."""
+        if i in self.ready:
+            return False
+        if i not in self.done:
+            self.issue(i)
+        if self.policy.synchronize:  # the wait drains the device: every issued gather is then ready
+            self.t = max(self.t, self.f, self.r)
+            self.ready.update(self.done)
+        else:
+            self.t = max(self.t, self.done[i])
+        self.ready.add(i)
+        return True
+
+    def prefetch(self, i: int, waited: bool) -> None:
+        p, units = self.policy, self.units
+        if p.max_live and units[i].elements >= p.max_live:
+            return  # DeepSpeed issues no prefetch while this many elements are gathered
+        if p.prefetch_bucket:
+            if not waited:  # a new prefetch only once the last one has been waited for
+                return
+            k, gathered, issued = i + 1, 0, []
+            while k < len(units) and gathered < p.prefetch_bucket:
+                if k not in self.done:
+                    self.issue(k)
+                    issued.append(k)
+                    gathered += units[k].elements
+                k += 1
+            if p.synchronize and len(issued) > 1:
+                # DeepSpeed synchronises the device before issuing each parameter's gather: the
+                # unit's kernels start once all but the last gather of the prefetch are done
+                self.t = max(self.t, self.done[issued[-2]])
+            return
+        for k in range(i + 1, min(len(units), i + 1 + max(1, int(p.prefetch_depth)))):
+            if k not in self.done:
+                self.issue(k)
+
+    def hand_over(self, seconds: float) -> None:
+        if self.policy.synchronize:
+            self.t = max(self.t, self.last)  # DeepSpeed waits for the last reduce bucket before the next
+        if self.policy.serialized:
+            self.f = self.last = max(self.t, self.f) + seconds
+        else:
+            self.r = self.last = max(self.t, self.r) + seconds
+
+    def reduce(self, u: Unit) -> None:
+        bucket = self.policy.reduce_bucket
+        if not bucket:
+            self.hand_over(u.reduce)
+            return
+        if self.pending_e and self.pending_e + u.reduce_elements > bucket:
+            self.hand_over(self.pending_s)
+            self.pending_e, self.pending_s = 0, 0.0
+        self.pending_e += u.reduce_elements
+        self.pending_s += u.reduce
+
+
+def zero3_replay(forward: Sequence[Unit], backward: Sequence[Unit], policy: Any) -> tuple[float, float]:
+    """One micro-batch of ZeRO-3 as ``policy`` (:class:`memwall.frameworks.Sharding`) runs
+    it: the forward's units in order, then the backward's. Two clocks: the kernels' (t) and
+    the communication stream's (f; the reduce-scatters have their own, r, unless
+    ``serialized`` puts them on f). Before unit i runs, unless an earlier wait made it ready,
+    its gathers are issued (if no prefetch issued them) and waited for: t = max(t, done_i),
+    or, with ``synchronize``, t = max(t, f, r) and every unit issued so far is ready. Then
+    the prefetch (none while the unit has ``max_live`` elements or more): with
+    ``prefetch_bucket`` B, only after a wait, the following units not yet issued until B
+    elements (at least one); otherwise the next ``prefetch_depth`` units. A gather issued
+    starts at max(t, f) and ends its seconds later. Then the unit's kernels: t += c_i.
+    Backward, its gradients go to the reduce-scatters: at once (``reduce_bucket`` 0) or,
+    when the pending elements would pass the bucket, the pending ones (after waiting for
+    the last bucket, with ``synchronize``); each starts at max(t, its stream). Returns
+    (exposed, tail): exposed = max(t, f, r) at the end minus the kernels' sum, tail =
+    max(t, f, r) - t."""
+    units = list(forward) + list(backward)
+    run = _Replay(units, policy)
+    for i, u in enumerate(units):
+        run.prefetch(i, run.wait(i))
+        run.t += u.compute
+        if i >= len(forward) and u.reduce_calls:
+            run.reduce(u)
+    if run.pending_s:
+        run.hand_over(run.pending_s)
+    end = max(run.t, run.f, run.r)
+    return max(0.0, end - sum(u.compute for u in units)), max(0.0, end - run.t)
+
+
+def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, gather: Any, reduce: Any,
+                forward_seconds: float, backward_seconds: float, *, recompute_seconds: float = 0.0,
+                first: bool = True) -> tuple[list[Unit], list[Unit]]:
+    """One micro-batch's units (forward, backward) of a stage of ``layers`` layers of
+    ``tensors`` (elements, in the order a layer runs them) and ``extra`` other elements.
+    ``policy.gather == 'parameter'``: each tensor of at least ``persist_below`` elements is a
+    unit of one call, with the small tensors before it in the ``first`` micro-batch's forward
+    (later they stay gathered); ``'unit'``: a layer's tensors together, one call. The other
+    parameters are one unit at each end. A unit's kernels: the pass's kernels times its share
+    of the pass's elements. Backward (``backward_seconds``, the recomputed forward's
+    ``recompute_seconds`` among them), each layer: with per-parameter units and a
+    recomputation, its units again in forward order (the recompute's kernels), then in
+    reverse (the rest), each gathered again unless fewer than ``max_reuse`` elements ran since
+    its recompute (twice the modules after it); otherwise the units in reverse, once. A unit
+    kept since its forward (fewer than ``max_reuse`` elements since: the layers after it,
+    both ways, and the other parameters) gathers nothing. Each layer's reduce-scatters (a call
+    a tensor with ``reduce = 'parameter'``, one a layer otherwise) go with the last unit it
+    computes.
+    ``gather`` and ``reduce`` give the seconds of one call of so many elements."""
+    persist = int(policy.persist_below)
+    later: list[tuple[int, int, float]] = []
+    firsts: list[tuple[int, int, float]] = []
+    if policy.gather == "parameter":
+        small = (0, 0, 0.0)
+        for e in tensors:
+            if e < persist:
+                small = (small[0] + e, small[1] + 1, small[2] + gather(e))
+                continue
+            later.append((e, 1, gather(e)))
+            firsts.append((e + small[0], 1 + small[1], gather(e) + small[2]))
+            small = (0, 0, 0.0)
+        if small[1]:  # small tensors after the last large one: a module of their own
+            firsts.append(small)
+    else:
+        firsts = later = [(sum(tensors), 1, gather(sum(tensors)))]
+    layer_e = max(1, sum(tensors))
+    pass_e = layers * layer_e + extra
+    r_calls = len(tensors) if policy.reduce == "parameter" else 1
+    r_layer = sum(reduce(e) for e in tensors) if policy.reduce == "parameter" else reduce(sum(tensors))
+    extra_gathered = bool(extra) and (first or extra >= persist)
+    fwd = [Unit(extra if extra_gathered else 0, int(extra_gathered), gather(extra) if extra_gathered else 0.0,
+                forward_seconds * extra / pass_e)] if extra else []
+    for _ in range(layers):
+        fwd.extend(Unit(e, n, s, forward_seconds * e / pass_e) for e, n, s in (firsts if first else later))
+    bwd: list[Unit] = []
+    back = later[::-1] or [(0, 0, 0.0)]
+    # with per-parameter units a recomputed forward is its own pass of gathers, then each
+    # module's backward gathers again unless it is kept over the reuse distance; a unit
+    # (FSDP's) runs its recompute inside its backward, on one gather
+    redo = recompute_seconds if policy.gather == "parameter" and later else 0.0
+    for position in range(layers):
+        # kept when fewer than max_reuse elements run between its forward and its next use:
+        # the layers after it (the backward's first ``position``), both ways, and the others
+        kept = bool(policy.max_reuse) and 2 * position * layer_e + extra < policy.max_reuse
+        if redo:
+            bwd.extend(Unit(0 if kept else e, 0 if kept else n, 0.0 if kept else s, redo * e / pass_e)
+                       for e, n, s in later)
+        between = 0  # elements of the modules after this one: recomputed, then their backward
+        for j, (e, n, s) in enumerate(back):
+            share = layer_e if len(back) == 1 else e
+            last = j == len(back) - 1
+            again = not redo or not policy.max_reuse or 2 * between >= policy.max_reuse
+            gathered = again and not (kept and not redo)
+            bwd.append(Unit(e if gathered else 0, n if gathered else 0, s if gathered else 0.0,
+                            (backward_seconds - redo) * share / pass_e, layer_e if last else 0,
+                            r_calls if last else 0, r_layer if last else 0.0))
+            between += e
+    if extra:
+        again = extra >= persist
+        bwd.append(Unit(extra if again else 0, int(again), gather(extra) if again else 0.0,
+                        backward_seconds * extra / pass_e, extra, 1, reduce(extra)))
+    return fwd, bwd
+
+
+def _time_sharded(ic: Any, comms: Sequence[Any], micro_batches: int, forward_seconds: float,
+                  backward_seconds: float, base: float, policy: Any,
+                  copy: tuple[float, float] = (0.0, 0.0), recompute_seconds: float = 0.0) -> dict[int, CommTiming]:
+    """ZeRO-3's gathers and reduce-scatters (Comms with overlap ``prefetch``), each group's
+    pair timed by :func:`zero3_replay` over the units of :func:`zero3_units`: the first
+    micro-batch and, m - 1 times, the others. The exposed time is split between the group's
+    gather and reduce-scatter in proportion to their seconds. One call of S bytes over a
+    group of n: t(S) + alpha, and with ``list_copies`` n copies of S / n bytes on the
+    group's stream, n max(g, 2 S / (n B)) with ``copy`` = (g, B): the machine's eager
+    device gap between back-to-back kernels and its sustained memory bandwidth."""
+    from .frameworks import IDEAL_SHARDING
+
+    policy = policy or IDEAL_SHARDING
+    pairs: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for c in comms:
+        pairs.setdefault((c.size, c.stride, c.name.split(":")[0]), {})[c.kind] = c
+    out: dict[int, CommTiming] = {}
+    for pair in pairs.values():
+        out.update(_time_pair(ic, pair.get("all-gather"), pair.get("reduce-scatter"), micro_batches,
+                              forward_seconds, backward_seconds, base, policy, copy, recompute_seconds))
+    return out
+
+
+def _time_pair(ic: Any, gather: Any, scatter: Any, m: int, forward_seconds: float, backward_seconds: float,
+               base: float, policy: Any, copy: tuple[float, float],
+               recompute_seconds: float = 0.0) -> dict[int, CommTiming]:
+    from .interconnect import Group, bus_bytes, collective, sent_by_link
+
+    ref = gather or scatter
+    group = Group(ref.size, ref.stride)
+    w_esz = gather.elem_bytes if gather else 0
+    g_esz = scatter.elem_bytes if scatter else 0
+
+    n, (gap, bandwidth) = ref.size, copy
+
+    def copies(nbytes: float) -> float:
+        if not policy.list_copies:
+            return 0.0
+        return max(n * gap, 2 * nbytes / bandwidth if bandwidth > 0 else 0.0)
+
+    def one(kind: str, esz: int) -> Any:
+        return lambda e: collective(ic, kind, group, e * esz) + base + copies(e * esz) if e and esz else 0.0
+
+    args = (ref.tensors, max(1, ref.layers), ref.extra, policy, one("all-gather", w_esz),
+            one("reduce-scatter", g_esz), forward_seconds, backward_seconds)
+    first = zero3_units(*args, recompute_seconds=recompute_seconds, first=True)
+    later = zero3_units(*args, recompute_seconds=recompute_seconds, first=False)
+    exposed = zero3_replay(*first, policy)[0] + (m - 1) * (zero3_replay(*later, policy)[0] if m > 1 else 0.0)
+    every = [u for u in first[0] + first[1]] + [u for _ in range(m - 1) for u in later[0] + later[1]]
+    g = (sum(u.calls for u in every), sum(u.gather for u in every), sum(u.elements for u in every))
+    r = (sum(u.reduce_calls for u in every), sum(u.reduce for u in every), sum(u.reduce_elements for u in every))
+    share = g[1] / (g[1] + r[1]) if g[1] + r[1] > 0 else 0.0
+    out = {}
+    for c, (calls, seconds, elements), part in ((gather, g, share), (scatter, r, 1.0 - share)):
+        if c is None:
+            continue
+        total = elements * c.elem_bytes
+        out[id(c)] = CommTiming(c.name, c.kind, c.size, int(total / calls) if calls else 0, calls, seconds,
+                                exposed * part, bus_bytes(c.kind, c.size, total), c.overlap, c.per,
+                                sent_by_link(ic, c.kind, group, total) if calls else {})
     return out
 
 
@@ -919,14 +1186,26 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
     update = it * sum(k.seconds for k in timing.kernels if k.phase == "update")
     micro = (timing.seconds - update) / micro_batches
     backward = it * sum(k.seconds for k in timing.kernels if k.phase in ("backward", "recompute")) / micro_batches
+    recompute = it * sum(k.seconds for k in timing.kernels if k.phase == "recompute") / micro_batches
     attention = {d: it * sum(k.seconds for k in timing.kernels if k.op == "attention" and k.phase in phases)
                  / micro_batches for d, phases in (("forward", ("forward", "recompute")), ("backward", ("backward",)))}
     timed = time_communication(ic, comms, micro_batches=micro_batches, micro_seconds=micro,
                                backward_seconds=backward, attention_seconds=attention,
-                               base=timing.framework.collective_base if timing.framework is not None else 0.0)
+                               base=timing.framework.collective_base if timing.framework is not None else 0.0,
+                               sharding=timing.framework.sharding if timing.framework is not None else None,
+                               copy=_copy_figures(timing.machine), recompute_seconds=recompute)
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)
+
+
+def _copy_figures(machine: Machine) -> tuple[float, float]:
+    """(g, B) of a copy kernel a process group runs per list tensor: the eager device gap
+    between back-to-back kernels (the copies are queued one after another) and the
+    sustained memory bandwidth (each reads and writes its bytes)."""
+    spec = machine.dispatch
+    gap = spec.mode("eager").device_gap if spec is not None else 0.0
+    return gap, machine.memory.sustained_bandwidth if machine.memory is not None else 0.0
 
 
 def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int,

@@ -27,8 +27,9 @@ so every pass (checkpointing, accumulation, fusion, liveness) runs on it unchang
   Dispatch and combine are all-to-alls, two forward and two backward per MoE layer.
 * ZeRO (Rajbhandari et al. 2020) over the data-parallel group: stage 1 and 2 reduce-scatter
   the gradients and all-gather the updated weights after the update; stage 3 gathers each
-  layer's weights before its forward and before its backward (a layer's share: the stage's
-  weights / its layers) and reduce-scatters the gradients.
+  layer's weights before its forward and before its backward and reduce-scatters each
+  layer's gradients, every micro-batch; the calls, their prefetch and overlap follow the
+  framework's [sharding] policy (memwall.frameworks.Sharding) when the step is timed.
 * Context parallelism (``cp``): each of the cp devices of a group holds S / cp tokens of
   every sequence for all kernels but attention's core. ``ring`` (Liu et al. 2023, ring
   attention; Megatron-core / Transformer Engine's CP): the core runs on the local queries
@@ -340,7 +341,15 @@ class Comm:
     bytes: int  # S of docs/timing.md, per collective
     count: int
     per: str  # micro | step
-    overlap: str  # critical | backward | compute | after
+    overlap: str  # critical | backward | compute | after | prefetch
+    # ZeRO-3's gathers and reduce-scatters (overlap 'prefetch'), which the framework's
+    # [sharding] policy times (memwall.timing.time_communication): the elements of each of
+    # one layer's parameter tensors on this device, in the order the layer runs them; the
+    # layers; the stage's other parameters (embedding, head, final norm); bytes an element.
+    tensors: tuple[int, ...] = ()
+    layers: int = 0
+    extra: int = 0
+    elem_bytes: int = 0
 
 
 def _param_bytes(ledger: Ledger, cls: str) -> int:
@@ -393,9 +402,46 @@ def communication(network: Network, config: TrainingConfig, parallel: Parallel, 
         if expert and (dp // ep) * cp > 1:
             groups.append((f"{label}/ep (experts)", (dp // ep) * cp, tp * ep if cp == 1 else tp, g_expert,
                            w_expert))
+        g_esz = DTYPE_BYTES[config.gradient_dtype]
+        dense = _layer_tensors(network, parallel) if parallel.zero == 3 and network.moe is None else ()
         for label, n, stride, g, w in groups:
-            out.extend(_data_parallel(label, n, stride, g, w, parallel.zero, max(1, stage.layers)))
+            layers = max(1, stage.layers)
+            tensors = dense if "experts" not in label else ()
+            out.extend(_data_parallel(label, n, stride, g, w, parallel.zero, layers,
+                                      _zero3_shape(tensors, layers, w // esz), esz, g_esz))
     return out
+
+
+def _layer_tensors(network: Network, parallel: Parallel) -> tuple[int, ...]:
+    """Elements of each parameter tensor of one dense transformer layer on a tensor-parallel
+    device, in the order the layer runs them: the first norm, the attention products (weight,
+    bias), the second norm, the MLP products. Column-parallel products hold 1/tp of their
+    weight and bias; row-parallel ones (the last of each block) 1/tp of the weight and all of
+    the bias; norms are replicated. () where the network has no such layer."""
+    if not network.is_sequence:
+        return ()
+    tp, h = parallel.tp, network.d_model
+    norm = (h, h) if network.norm == "layernorm" else (h,)
+
+    def products(ms: list[tuple[str, int, int]]) -> tuple[int, ...]:
+        out: list[int] = []
+        for j, (_, i, o) in enumerate(ms):
+            out.append(i * o // tp)
+            if network.linear_bias:
+                out.append(o if j == len(ms) - 1 else o // tp)
+        return tuple(out)
+
+    mla = (network.mla.q_lora_rank, network.mla.kv_lora_rank) if network.mla else ()
+    return norm + products(network.attention_matrices()) + mla + norm + products(network.mlp_matrices(network.d_ff))
+
+
+def _zero3_shape(tensors: tuple[int, ...], layers: int, elements: int) -> tuple[tuple[int, ...], int]:
+    """ZeRO-3's units of a stage of ``elements`` parameters: each layer's ``tensors`` and the
+    stage's other parameters (embedding, head, final norm); a network without per-tensor
+    detail (an MoE, a convolutional or MLP network) gathers each layer's share as one tensor."""
+    if tensors and layers * sum(tensors) <= elements:
+        return tensors, elements - layers * sum(tensors)
+    return (-(-elements // layers),), 0
 
 
 def _sequence_parallel(act: int, tp: int, stage: Stage, training: bool, full_recompute: bool) -> list[Comm]:
@@ -454,17 +500,24 @@ def _context_parallel(network: Network, parallel: Parallel, stage: Stage, tokens
 
 
 def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, zero: int,
-                   layers: int) -> list[Comm]:
-    """The gradient reduction and weight gathers of one data-parallel group (module docstring);
-    ZeRO-3 gathers each of the ``layers`` layers' share of the weights before its forward and
-    again before its backward."""
+                   layers: int, shape: tuple[tuple[int, ...], int] = ((), 0), w_esz: int = 2,
+                   g_esz: int = 2) -> list[Comm]:
+    """The gradient reduction and weight gathers of one data-parallel group (module docstring).
+    ZeRO-3 gathers each layer's parameters before its forward and again before its backward
+    and reduce-scatters its gradients every micro-batch (sharded gradients cannot be
+    accumulated whole); how many calls that is, how far ahead they are issued and what they
+    hide behind is the framework's [sharding] policy, applied when the step is timed
+    (overlap ``prefetch``; ``shape``: one layer's tensors' elements and the stage's others)."""
     kind = "all-reduce" if zero == 0 else "reduce-scatter"
+    if zero == 3:
+        tensors, extra = shape if shape[0] else ((-(-weights // w_esz // layers),), 0)
+        return [Comm(f"{label}: zero-3 gradient reduce-scatter (each layer, backward)", "reduce-scatter", n, stride,
+                     -(-grads // layers), layers, "micro", "prefetch", tensors, layers, extra, g_esz),
+                Comm(f"{label}: zero-3 weights all-gather (each layer, forward and backward)", "all-gather", n,
+                     stride, -(-weights // layers), 2 * layers, "micro", "prefetch", tensors, layers, extra, w_esz)]
     out = [Comm(f"{label}: gradient {kind}", kind, n, stride, grads, 1, "step", "backward")]
     if zero in (1, 2):
         out.append(Comm(f"{label}: updated weights all-gather", "all-gather", n, stride, weights, 1, "step", "after"))
-    if zero == 3:
-        out.append(Comm(f"{label}: zero-3 weights all-gather (each layer, forward and backward)", "all-gather", n,
-                        stride, -(-weights // layers), 2 * layers, "micro", "compute"))
     return out
 
 
