@@ -8,7 +8,7 @@ whole step's (:func:`_whole_step`); docs/timing.md, "Devices and the interconnec
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..energy import device_joules, energy_table, with_power_warning
@@ -19,19 +19,36 @@ from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
 from .plan import check_cost, plan_replay
-from .replay import _ticker, replay_once
+from .replay import _ticker, replay_by_shape, replay_once
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step, stack_of
 
+# What a result replayed with reuse_shapes says. The error is the largest |predicted
+# seconds / exact - 1| over the shipped multi-device cases and GPT-3 175B on 1,024
+# A100s, measured by benchmarks/bench_multidevice.py at 4e69e16 (0.615 %, benchmarks/README.md).
+SHAPE_REUSE_ERROR = 0.0062
+SHAPE_REUSE_WARNING = ("approximate replay (reuse_shapes): {reused} of the {kernels} kernels of the stages took the "
+                       "counters of an earlier kernel of the same shape instead of being replayed; on the shipped "
+                       f"multi-device cases this moved the step time by at most {SHAPE_REUSE_ERROR:.2%}")
+
+# False: every machine the sensitivity moves a figure of times the stages afresh (the
+# benchmark's "before", and the proof that sharing them changes no figure).
+REUSE_TIMED = True
+
 
 def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_lookups: int | None = None,
-                 progress: Callable[[int, int], Any] | None = None, allow_fallback: bool = False) -> Result:
+                 progress: Callable[[int, int], Any] | None = None, allow_fallback: bool = False,
+                 reuse_shapes: bool = False) -> Result:
     """A step on dp x tp x pp devices: each distinct device's share replayed once, its
     communication timed by the link model, the pipeline paced by its slowest stage
     (docs/timing.md, "Devices and the interconnect"). The result is the slowest stage's
     device, with the whole step's FLOPs and throughput per device. A dtype the machine
-    has no rate for is treated as :func:`run_case` treats it."""
+    has no rate for is treated as :func:`run_case` treats it.
+
+    ``reuse_shapes`` (opt-in, not exact): a kernel of the same shape as one replayed before
+    in this step takes its counters (:func:`replay_by_shape`); the result says so in a
+    warning with the error measured on the shipped set (benchmarks/bench_multidevice.py)."""
     par = case.parallel
     if case.gemm is not None:
         raise InputError("a single GEMM runs on one device: --dp, --tp and --pp apply to networks", field="dp")
@@ -53,16 +70,36 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     share = 1.0 / par.replicas if par.zero >= 1 and config.training else 1.0
     counters = []
     done = 0
-    for plan in plans:
-        counters.append(replay_once(machine, plan, _ticker(progress, total, done)))
-        done += plan.lookups
+    reused = 0
+    if reuse_shapes:  # never kept for replay_once: an approximate count must not answer an exact case
+        counters, reused = replay_by_shape(machine, plans, _ticker(progress, total))
+    else:
+        for plan in plans:
+            counters.append(replay_once(machine, plan, _ticker(progress, total, done)))
+            done += plan.lookups
+
+    # What a device communicates depends on the shard and the degrees, never on the machine:
+    # worked out once, not once for each machine the sensitivity times the stages on.
+    comms = [communication(network, config, par, stage, st.ledger, st.tokens) for stage, st in steps]
+    # Each stage's device step (its kernels, dispatch and K micro-batches) depends on the
+    # machine but not on its interconnect, which only time_stage reads: the sensitivity's
+    # machines that move a link figure share the steps timed on the machine they came from
+    # (sensitivity.scaled replaces the one figure; every other field is the same object).
+    timed: dict[tuple[int, ...], tuple[Machine, list[StepTiming]]] = {}
+
+    def device_steps_on(on: Machine) -> list[StepTiming]:
+        key = tuple(id(getattr(on, f.name)) for f in fields(on) if f.name != "interconnect")
+        kept = timed.get(key)  # the machine is kept beside its steps, so no id in a key is reused
+        if kept is None or not REUSE_TIMED:
+            kept = timed[key] = (on, [accumulated(simulate_step(on, st, plan=plan, dispatch=case.dispatch,
+                                                                counters=c, **stack_of(case, on)), k)
+                                      for (_, st), plan, c in zip(steps, plans, counters, strict=True)])
+        return [t if t.machine is on else replace(t, machine=on) for t in kept[1]]
 
     def stages(on: Machine) -> list:
         """Each stage's device timed on ``on`` from the counts replayed once."""
-        return [time_stage(on.interconnect, sharded_update(accumulated(simulate_step(
-            on, st, plan=plan, dispatch=case.dispatch, counters=c, **stack_of(case, on)), k), share),
-            communication(network, config, par, stage, st.ledger, st.tokens), k)
-            for (stage, st), plan, c in zip(steps, plans, counters, strict=True)]
+        return [time_stage(on.interconnect, sharded_update(t, share), comm, k)
+                for t, comm in zip(device_steps_on(on), comms, strict=True)]
 
     def retime(on: Machine) -> float:
         return time_pipeline(stages(on), par.pp, k, par.interleave)[1].seconds
@@ -72,6 +109,9 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     step = steps[b][1]
     groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device,
                          network.connections)
+    if reused:
+        kernels = sum(len(p.replays) for p in plans)
+        groups = replace(groups, warnings=[*groups.warnings, SHAPE_REUSE_WARNING.format(reused=reused, kernels=kernels)])
     if config.serving:  # every replica's tokens; the per-device rate beside them
         groups = replace(groups, serving=serving_figures(step, device.seconds, machine.memory.capacity,
                                                          devices=par.devices, replicas=par.replicas))

@@ -26,10 +26,28 @@ from ..streams import LoopNest
 from ..workloads.lowering import Lowered
 from .plan import CHUNK_LOOKUPS, ReplayPlan
 
+# :func:`_demand_by_kind` by the identity of the kernel's lowering: a multi-device case
+# times each stage's kernels on its machine and on every machine its sensitivity moves a
+# figure of (about 40), and the demand is the streams' alone. A Lowered is frozen, so the
+# figure kept is the figure computed; the object is kept beside it so its id is not reused.
+_DEMAND: OrderedDict[int, tuple[Lowered, tuple[int, int, int, int, int]]] = OrderedDict()
+DEMAND_KEPT = 1024  # kernels: the stages of a few of the largest multi-device steps (a few MB)
+
 
 def _demand_by_kind(lowered: Lowered) -> tuple[int, int, int, int, int]:
     """Reads, writes, bytes read, bytes written and innermost iterations the core issues,
-    from the streams alone."""
+    from the streams alone (counted once per lowering object)."""
+    kept = _DEMAND.get(id(lowered))
+    if kept is not None and kept[0] is lowered:
+        return kept[1]
+    out = _count_demand(lowered)
+    _DEMAND[id(lowered)] = (lowered, out)
+    while len(_DEMAND) > DEMAND_KEPT:
+        _DEMAND.popitem(last=False)
+    return out
+
+
+def _count_demand(lowered: Lowered) -> tuple[int, int, int, int, int]:
     reads = writes = bytes_read = bytes_written = inner = 0
     for nest in lowered.nests:
         for access in nest.accesses:
@@ -143,6 +161,43 @@ def replay_once(machine: Machine, plan: ReplayPlan,
     while len(_REPLAYED) > REPLAYED_KEPT:
         _REPLAYED.popitem(last=False)
     return counters
+
+
+def shape_of(row: list[tuple[LoopNest | None, LoopNest, float]]) -> tuple:
+    """A kernel's planned replay with its addresses left out: the loop counts, each
+    access's strides, size, kind and rows, and the sampling scale. Two kernels of one
+    shape move the same bytes in the same pattern, at other addresses."""
+    return tuple((warm.counts if warm is not None else None, counted.counts, scale,
+                  tuple((a.strides, a.size, a.is_write, a.after, a.rows, a.row_stride) for a in counted.accesses))
+                 for warm, counted, scale in row)
+
+
+def replay_by_shape(machine: Machine, plans: list[ReplayPlan],
+                    progress: Callable[[int], Any] | None = None) -> tuple[list[list[HierarchyCounters]], int]:
+    """An approximation of :func:`replay_step` over the stages of a multi-device step
+    (``reuse_shapes``, opt-in): a kernel whose :func:`shape_of` an earlier kernel of these
+    plans had (the same layer in another pipeline stage, a recomputed forward) takes that
+    kernel's counters instead of being replayed; the others are replayed in order, each
+    plan on its own caches. Not exact: the reused kernel ran at other addresses after other
+    kernels, and the kernels replayed after a skipped one see caches it did not touch.
+    Returns each plan's counters and how many kernels took another's."""
+    if not machine.cache_levels:
+        return [replay_step(machine, plan, progress) for plan in plans], 0
+    seen: dict[tuple, HierarchyCounters] = {}
+    out: list[list[HierarchyCounters]] = []
+    reused = 0
+    for plan in plans:
+        shapes = [shape_of(row) for row in plan.replays]
+        first: dict[tuple, int] = {}
+        for i, s in enumerate(shapes):
+            first.setdefault(s, i)
+        todo = [i for i, s in enumerate(shapes) if s not in seen and first[s] == i]
+        sub = ReplayPlan([plan.lowered[i] for i in todo], plan.passes, [plan.replays[i] for i in todo], 0, plan.line)
+        for i, counts in zip(todo, replay_step(machine, sub, progress), strict=True):
+            seen[shapes[i]] = counts
+        out.append([seen[s] for s in shapes])
+        reused += len(shapes) - len(todo)
+    return out, reused
 
 
 def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
