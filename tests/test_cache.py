@@ -167,3 +167,21 @@ def test_a_delayed_phase_says_nothing_when_quick_and_everything_when_slow():
     assert quick.getvalue() == ""
     assert slow.getvalue().splitlines() == ["memwall x: replaying", slow.getvalue().splitlines()[-1]]
     assert slow.getvalue().splitlines()[-1].startswith("memwall x: replaying: done, 5 cases in")
+
+
+def test_a_second_folder_copies_a_figure_drawn_from_the_same_data_and_redraws_a_damaged_one(tmp_path, monkeypatch):
+    from memwall.figures import FIGURES
+    from memwall.study.draw import write_figures
+
+    monkeypatch.setenv("MEMWALL_CACHE", str(tmp_path / "cache"))
+    first = write_figures(tmp_path / "a", [], only=["balance_drift"], progress=False)["balance_drift"]
+    drawn = []
+    real = FIGURES["balance_drift"].draw
+    monkeypatch.setattr(FIGURES["balance_drift"], "draw", lambda data: drawn.append(1) or real(data))
+    second = write_figures(tmp_path / "b", [], only=["balance_drift"], progress=False)["balance_drift"]
+    assert not drawn  # copied from the per-user cache, not drawn again
+    assert [p.read_bytes() for p in second] == [p.read_bytes() for p in first]
+    (entry,) = (tmp_path / "cache" / "drawings" / "cases").glob("*.json")
+    entry.write_text(entry.read_text().replace('"files":{', '"files":{"x":"", ', 1))
+    third = write_figures(tmp_path / "c", [], only=["balance_drift"], progress=False)["balance_drift"]
+    assert drawn == [1] and third[0].read_bytes() == first[0].read_bytes()

@@ -472,7 +472,7 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _atomic_write(final: Path, text: str, durable: bool = True) -> None:
+def _atomic_write(final: Path, text: str | bytes, durable: bool = True) -> None:
     # mkstemp creates the temp file (O_EXCL: never through a link) and the rename replaces
     # whatever stands at ``final`` (a planted link included) rather than writing through it.
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
@@ -481,7 +481,8 @@ def _atomic_write(final: Path, text: str, durable: bool = True) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held until renamed: remove_stale_temps leaves it
         if hasattr(os, "fchmod"):
             os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        binary = isinstance(text, bytes)
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as handle:
             handle.write(text)
             handle.flush()
             if durable:
@@ -547,8 +548,8 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]],
     return path
 
 
-def atomic_write(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never half."""
+def atomic_write(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` so that a reader sees the old file or the new, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, text)

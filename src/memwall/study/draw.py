@@ -8,6 +8,7 @@ digest), the CSVs beside it, and redrawing a figure only when its digest changed
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -200,6 +201,46 @@ def _shared_data(name: str, inputs: Any, data_of: Callable[[], dict[str, Any]]) 
     return data
 
 
+def _drawings() -> Any:
+    """The per-user cache's store of drawn figures (None: the cache is off)."""
+    from ..execute.cache import cache_root
+    from ..execute.store import Store
+
+    root = cache_root()
+    return None if root is None else Store(root / "drawings", content="files")
+
+
+def _drawn_before(digest: str, paths: Sequence[Path]) -> bool:
+    """Write ``paths`` (a figure's PNG and SVG) from the per-user cache, where the same
+    drawing code drew the same data for another sweep folder; False when it did not.
+    The store's records are checksummed: a damaged one is set aside and the figure drawn."""
+    from ..execute.store import atomic_write
+
+    store = _drawings()
+    record = store.get(digest[:32]) if store is not None else None
+    if record is None or record.get("status") != "ok" or record.get("digest") != digest:
+        return False
+    files = record["files"]
+    if sorted(files) != sorted(p.name for p in paths):
+        return False
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        atomic_write(p, base64.b64decode(files[p.name]))
+    return True
+
+
+def _keep_drawing(digest: str, name: str, paths: Sequence[Path]) -> None:
+    """Keep a figure's drawn files in the per-user cache for the next sweep folder."""
+    store = _drawings()
+    if store is None:
+        return
+    try:
+        files = {p.name: base64.b64encode(p.read_bytes()).decode("ascii") for p in paths}
+        store.put({"key": digest[:32], "status": "ok", "digest": digest, "figure": name, "files": files})
+    except OSError as err:  # a cache that cannot be written costs the reuse, never the figure
+        print(f"memwall: the drawing cache {store.root} cannot be written ({err})", file=sys.stderr)
+
+
 def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker) -> list[Path]:
     """One figure drawn into ``folder`` with its data, unless its digest says it is there."""
     from ..canonical import dumps
@@ -220,7 +261,9 @@ def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
     if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
         return paths
-    paths = save(FIGURES[name].draw(data), folder, name)
+    if not _drawn_before(digest, paths):
+        paths = save(FIGURES[name].draw(data), folder, name)
+        _keep_drawing(digest, name, paths)
     first = next(iter(data))
     write_csv(folder / f"{name}.csv", data[first])
     for extra in list(data)[1:]:
