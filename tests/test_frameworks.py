@@ -248,3 +248,19 @@ def test_the_framework_picks_the_attention_kernels_unless_the_case_says():
                                   attention="materialized")).attention == "materialized"
     # a network without attention runs as it is under any framework
     assert case_network(make_case("h100-sxm", "nettalk", framework="vllm")).id == "nettalk"
+
+
+def test_a_framework_whose_kernels_shape_the_step_never_shares_another_frameworks_replay():
+    from memwall.options import DEVICES, STEP
+    from memwall.profiles import load_machine
+    from memwall.simulation.replay import replay_key
+
+    m = load_machine("h100-sxm")
+    eager = make_case("h100-sxm", "gpt2-small", phase="decode", context=16)
+    vllm = make_case("h100-sxm", "gpt2-small", phase="decode", context=16, framework="vllm")
+    assert vllm.key(STEP, DEVICES) != eager.key(STEP, DEVICES)
+    assert replay_key(m, vllm) != replay_key(m, eager)
+    # frameworks whose kernels are the same share the replay: only the host time differs
+    megatron = make_case("h100-sxm", "gpt2-small", phase="decode", context=16, framework="megatron")
+    assert replay_key(m, megatron) == replay_key(m, make_case("h100-sxm", "gpt2-small", phase="decode", context=16,
+                                                                framework="hand-written"))

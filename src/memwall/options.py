@@ -322,11 +322,26 @@ class _CaseMethods:
         keep = set(names(*stages))
         out = {"network": self.network, "gemm": list(self.gemm) if self.gemm is not None else None,
                **{k: v for k, v in self.given().items() if k in keep}}
-        if "cache_length" in out and "framework" not in keep:
-            # the framework (the case's, else the machine's default) decides what decode reads of
-            # a preallocated cache, so it shapes such a step
-            out["framework"] = self.framework or f"{self.machine}'s default"
+        if self.network is not None and "framework" not in keep:
+            # The framework (the case's, else the machine's default) picks kernels that shape
+            # the step: its attention, and what decode reads of a preallocated cache.
+            shaping = _step_shaping(self.framework, self.machine)
+            if shaping:
+                out["stack"] = shaping
         return out
+
+
+def _step_shaping(framework: str | None, machine: str) -> dict[str, str]:
+    """The kernel choices of a case's framework that shape its step (not at their defaults)."""
+    from .frameworks import framework_for
+    from .profiles import load_machine
+
+    try:
+        fw = framework_for(framework, load_machine(machine).framework)
+    except InputError:  # a machine or framework that does not load: the run says why
+        return {}
+    return {k: v for k, v in (("attention", fw.attention), ("decode_attention", fw.decode_attention))
+            if v not in (None, "filled")}
 
 
 Case = make_dataclass(
