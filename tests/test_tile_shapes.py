@@ -73,3 +73,12 @@ def test_a_profile_that_inherits_inherits_the_tiles(child, base):
     for dtype in ("bf16", "fp8", "fp32"):
         assert tile_shapes(_params(child), dtype) == tile_shapes(_params(base), dtype)
     assert _params(child)["tile_shapes"] == _params(base)["tile_shapes"]
+
+
+def test_a_product_of_one_row_is_not_padded_to_a_tile():
+    """cuBLAS runs an M = 1 product as a split-K dot and a reduction (onnxruntime PR #28986):
+    the A100's smallest tensor-op tile would make batch-1 decode compute-bound otherwise."""
+    from memwall.simulation import Case, run_case
+
+    one = run_case(Case(machine="a100-sxm", gemm=(1, 4096, 4096), dtype="bf16"))
+    assert one["bound_class"] == "memory"

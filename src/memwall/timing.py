@@ -503,10 +503,12 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
             batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
             params = params_of(machine.schedule)
             tiling = product_tiling(work.dims, batch, work.dtype, params)
-            if params.get("tile_shapes"):
+            if params.get("tile_shapes") and work.op == "gemm":
                 # only where the profile states its library's tiles: a lone tile_m x tile_n
-                # is a modelling choice for the waves, not the only kernel the library has
-                # (cuBLAS runs M = 1 as a GEMV, not as a padded 128-row tile)
+                # is a modelling choice for the waves, not the only kernel the library has.
+                # A product with one row or column (op gemv) is not padded to a tile: cuBLAS
+                # runs an M = 1 product as a split-K dot kernel and a reduction (profiled
+                # in microsoft/onnxruntime PR #28986, 2026), which the split-K below times.
                 compute *= tiling.padding(work.dims)
             if tiling.splits > 1:
                 # Parallel split-K: each K slice writes its fp32 partial output to a workspace
