@@ -59,13 +59,20 @@ cdef extern from *:
        the compiler vectorizes. Exact answers come from the caller's scan of the block. */
     #include <stdint.h>
     static int memwall_block_suspect(const uint64_t *a, const uint32_t *s, Py_ssize_t n) {
-        uint32_t smin = 0xFFFFFFFFu;
-        int top = 0;
-        for (Py_ssize_t i = 0; i < n; i++)      /* two loops, each of one element width */
-            smin = s[i] < smin ? s[i] : smin;
-        for (Py_ssize_t i = 0; i < n; i++)      /* an address's high half, all ones */
-            top |= (a[i] >> 32) == 0xFFFFFFFFu;
-        return smin == 0 || top;
+        /* x == 0 exactly when ~(x | -x) has its top bit set: OR, subtract and NOT, which
+           SSE2 (x86-64's baseline, all a portable -O3 build may use) has for 32- and 64-bit
+           lanes; an unsigned minimum or a 64-bit compare it has not, and gcc scalarized them. */
+        uint32_t zero = 0;
+        uint64_t top = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {    /* two loops, each of one element width */
+            const uint32_t x = s[i];            /* a size of 0 */
+            zero |= ~(x | (0u - x));
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {    /* an address's high half, all ones */
+            const uint64_t y = ~a[i] >> 32;
+            top |= ~(y | (0u - y));
+        }
+        return (int)(zero >> 31) | (int)(top >> 63);
     }
     """
     bint memwall_block_suspect(const uint64_t *a, const uint32_t *s, Py_ssize_t n) nogil
@@ -79,6 +86,7 @@ cdef extern from *:
     #endif
     """
     bint memwall_unlikely(bint x) nogil
+    int __builtin_ctzll(unsigned long long x) nogil   # (x != 0)
 
 cdef extern from *:
     """
@@ -588,6 +596,12 @@ cdef void stack_flush(level_t *L) noexcept nogil:
 
 
 # ------------------------------------------------------------ references and levels
+cdef inline void mark_dirty_set(level_t *L, uint64_t set) noexcept nogil:
+    """Note that a way of ``set`` may turn dirty (levels below the first; see dirty_sets)."""
+    if L.dirty_sets != NULL:
+        L.dirty_sets[set >> 6] |= 1ULL << (set & 63)
+
+
 cdef void ref(engine_t *e, int lv, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
     """A reference of ``size`` bytes at level ``lv`` (main memory when lv == n)."""
     cdef level_t *L
@@ -681,6 +695,8 @@ cdef void victim_install(engine_t *e, int lv, uint64_t line, bint dirty) noexcep
     cdef level_t *L = &e.levels[lv]
     cdef uint64_t set = set_of(L, line), base = set * L.ways, idx
     cdef int64_t found = find_way(L, base, line)
+    if dirty:
+        mark_dirty_set(L, set)
     if found >= 0:  # cannot happen while exclusivity holds; merge rather than duplicate
         idx = base + <uint64_t> found
         L.way[idx].sd |= (dirty != 0)
@@ -721,6 +737,7 @@ cdef void line_ref_general(engine_t *e, int lv, addr_t line, addr_t lo, uint64_t
     cdef int64_t found = find_way(L, base, line)
     cdef bint exclusive_below = L.next_exclusive, fill_dirty = 0
     cdef level_t *B
+    mark_dirty_set(L, set)  # (a write, or an exclusive fetch's dirty fill: any reference may)
     if is_write:
         L.c.writes += 1
     else:
@@ -819,6 +836,8 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef way_t *w = L.way + set * nways
     cdef uint64_t best = 0, oldest
     cdef int64_t found = find_or_oldest(w, nways, line, &best)
+    if is_write:
+        mark_dirty_set(L, set)
     if found >= 0:
         fast_hit(L, set * nways + <uint64_t> found, line, is_write, lv == 0)
         return
@@ -1124,6 +1143,7 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     t = L.way + (line & L.set_mask) * nways
     found = find_or_oldest(t, nways, line, &k)
     if is_write:
+        L.dirty_sets[(line & L.set_mask) >> 6] |= 1ULL << (line & L.set_mask & 63)  # (lv + 1 >= 1)
         L.c.writes += 1
     else:
         L.c.reads += 1
@@ -1296,19 +1316,37 @@ cdef replay_fn replay_pow2_call = replay_first_pow2
 
 cdef void flush_all(engine_t *e) noexcept nogil:
     cdef int lv
-    cdef uint64_t idx
+    cdef uint64_t wi, bits, set
     cdef level_t *L
     for lv in range(e.n):
         L = &e.levels[lv]
         if L.stack:
             stack_flush(L)
             continue
-        for idx in range(L.sets * L.ways):  # set order, then way order
-            if L.way[idx].sd & 1:  # (only a valid way is dirty)
-                L.way[idx].sd &= ~1ULL
-                L.c.writebacks += 1
-                L.c.bytes_out += L.line_bytes
-                ref(e, lv + 1, L.way[idx].tag << L.line_shift, L.line_bytes, 1)
+        if L.dirty_sets == NULL:
+            flush_ways(e, lv, 0, L.sets * L.ways)
+            continue
+        # Only the sets marked as possibly dirty, in set order: the same order as the scan of
+        # every way (no other set holds a dirty way). A word is re-read after each set, so a
+        # set marked while flushing (by nothing today) would still be visited in order.
+        for wi in range((L.sets + 63) >> 6):
+            while L.dirty_sets[wi] != 0:
+                bits = L.dirty_sets[wi]
+                set = (wi << 6) + <uint64_t> __builtin_ctzll(bits)
+                L.dirty_sets[wi] = bits & (bits - 1)
+                flush_ways(e, lv, set * L.ways, (set + 1) * L.ways)
+
+
+cdef void flush_ways(engine_t *e, int lv, uint64_t i0, uint64_t i1) noexcept nogil:
+    """Write back the dirty ways i0 .. i1-1 of level lv, in way order."""
+    cdef level_t *L = &e.levels[lv]
+    cdef uint64_t idx
+    for idx in range(i0, i1):
+        if L.way[idx].sd & 1:  # (only a valid way is dirty)
+            L.way[idx].sd &= ~1ULL
+            L.c.writebacks += 1
+            L.c.bytes_out += L.line_bytes
+            ref(e, lv + 1, L.way[idx].tag << L.line_shift, L.line_bytes, 1)
 
 
 # ------------------------------------------------------------------- loop nests
@@ -1579,6 +1617,10 @@ cdef class Engine:
             L.plru = <uint8_t *> calloc(nbits, 1)
             if L.way == NULL or L.plru == NULL:
                 raise MemoryError(f"cannot allocate level {name!r}")
+            if i > 0:
+                L.dirty_sets = <uint64_t *> calloc((L.sets + 63) >> 6, sizeof(uint64_t))
+                if L.dirty_sets == NULL:
+                    raise MemoryError(f"cannot allocate level {name!r}")
             if classify:
                 if lineset_init(&L.seen) != 0 or fa_init(&L.shadow, <int64_t> nways_total) != 0:
                     raise MemoryError(f"cannot allocate the 3C shadows of level {name!r}")
@@ -1608,6 +1650,7 @@ cdef class Engine:
         for i in range(self.e.n):
             L = &self.e.levels[i]
             memwall_free_ways(L.way, L.sets * L.ways * sizeof(way_t))
+            free(L.dirty_sets)
             free(L.plru)
             free(L.seen.keys)
             free(L.shadow.key)
@@ -1629,6 +1672,8 @@ cdef class Engine:
                 stack_clear(&L.st, L.sets)
             elif arrays:  # fresh from calloc they are zero already
                 memset(L.way, 0, nways_total * sizeof(way_t))
+                if L.dirty_sets != NULL:
+                    memset(L.dirty_sets, 0, ((L.sets + 63) >> 6) * sizeof(uint64_t))
                 memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             L.clock = 0
             L.rng = L.seed

@@ -112,6 +112,11 @@ ctypedef struct level_t:
     bint through                   # derived: as fast, but write-through (no-write-allocate)
                                    #   and not a victim level: line_ref_through applies
     way_t *way                     # sets*ways, set by set
+    uint64_t *dirty_sets           # levels below the first: one bit per set that may hold a
+                                   #   dirty way (set wherever a way there can turn dirty:
+                                   #   line_ref_fast, line_ref_general, below_pow2,
+                                   #   victim_install), so the flush visits those sets only,
+                                   #   not every way of a 32 MiB level. NULL at the first level
     uint8_t *plru                  # tree bits, sets*(ways-1) (at least one byte)
     uint64_t clock                 # ticks once per touch or install; holds stamp << 1
     uint64_t rng                   # splitmix64 state of the random policy
