@@ -1141,7 +1141,14 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     nways = L.ways
     lb = L.line_bytes
     t = L.way + (line & L.set_mask) * nways
-    found = find_or_oldest(t, nways, line, &k)
+    # The common way counts as constants: the scan is then unrolled, with no loop counter
+    # (as the ceiling compiles its sets per way count).
+    if nways == 16:
+        found = find_or_oldest(t, 16, line, &k)
+    elif nways == 8:
+        found = find_or_oldest(t, 8, line, &k)
+    else:
+        found = find_or_oldest(t, nways, line, &k)
     if is_write:
         L.dirty_sets[(line & L.set_mask) >> 6] |= 1ULL << (line & L.set_mask & 63)  # (lv + 1 >= 1)
         L.c.writes += 1
@@ -1264,7 +1271,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
         else:
             base = (line & mask) * nways
             t = ways + base
-            found = find_line(t, nways, line)
+            found = find_line(t, 8, line) if nways == 8 else find_line(t, nways, line)  # (see below_pow2)
         if found >= 0:  # 3. a hit elsewhere in the set
             k = <uint64_t> found
             prev_idx = base + k
@@ -1276,7 +1283,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
         # 3. a miss
         if prefetch and i + PREFETCH_AHEAD < n:
             prefetch_sets(e, addr[i + PREFETCH_AHEAD])
-        k = 0 if nways == 1 else oldest_way(t, nways)
+        k = 0 if nways == 1 else oldest_way(t, 8) if nways == 8 else oldest_way(t, nways)
         oldest = t[k].sd
         if wr:
             L.c.write_misses += 1
