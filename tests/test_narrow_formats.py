@@ -112,11 +112,30 @@ def test_fp8_products_run_at_the_fp8_rate_and_the_rest_at_bf16s():
     narrow = {k.name for k in build_case_step(Case(machine="h100-sxm", network="gpt2-small", seq_len=64,
                                                     dtype="fp8")).kernels if k.dtype == "fp8"}
     assert narrow
+    # The library picks a product's tile from its dtype's list (the H100's fp8 list holds a
+    # 64 x 128 tile its bf16 list does not): where both pick the same tiling, the time is in
+    # the ratio of the rates; where fp8 picks another, it is never slower.
+    from memwall.workloads.lowering import params_of, product_tiling
+
+    steps = {d: {k.name: k for k in build_case_step(Case(machine="h100-sxm", network="gpt2-small", seq_len=64,
+                                                         dtype=d, optimizer="adam")).kernels} for d in ("fp8", "bf16")}
+    params = params_of(m.schedule)
+
+    def tiling(d, name):
+        k = steps[d][name]
+        return product_tiling(k.dims, k.batch, k.dtype, params) if k.op in ("gemm", "gemv") else None
+
+    same = 0
     for name, k in bf16.items():
         if k["op"] not in ("gemm", "gemv", "attention"):
             continue
         expected = k["time_by_component"]["compute"] * (ratio if name in narrow else 1)
-        assert fp8[name]["time_by_component"]["compute"] == pytest.approx(expected, rel=1e-9)
+        if tiling("fp8", name) == tiling("bf16", name):
+            same += 1
+            assert fp8[name]["time_by_component"]["compute"] == pytest.approx(expected, rel=1e-9)
+        else:
+            assert fp8[name]["time_by_component"]["compute"] <= k["time_by_component"]["compute"]
+    assert same >= len(narrow) // 2
     assert r8["dtype"] == "fp8" and r8["peak_flops"] == m.peak_flops["fp8"]
 
 

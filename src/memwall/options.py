@@ -21,6 +21,7 @@ A new option is one entry here plus the stage that reads it.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -325,23 +326,34 @@ class _CaseMethods:
         if self.network is not None and "framework" not in keep:
             # The framework (the case's, else the machine's default) picks kernels that shape
             # the step: its attention, and what decode reads of a preallocated cache.
-            shaping = _step_shaping(self.framework, self.machine)
+            shaping = _step_shaping(self.framework, self.machine, self.network, self.phase,
+                                    self.cache_length is not None)
             if shaping:
-                out["stack"] = shaping
+                out["stack"] = dict(shaping)
         return out
 
 
-def _step_shaping(framework: str | None, machine: str) -> dict[str, str]:
-    """The kernel choices of a case's framework that shape its step (not at their defaults)."""
+@functools.lru_cache(maxsize=256)
+def _step_shaping(framework: str | None, machine: str, network: str, phase: str, preallocated: bool
+                  ) -> dict[str, str]:
+    """The kernel choices of a case's framework that shape its step: its attention kernels
+    for a network with attention, what decode reads of a cache preallocated to
+    ``--cache-length``; those at their defaults are left out."""
     from .frameworks import framework_for
+    from .networks import load_network
     from .profiles import load_machine
 
     try:
-        fw = framework_for(framework, load_machine(machine).framework)
-    except InputError:  # a machine or framework that does not load: the run says why
+        fw = framework_for(framework, load_machine(machine).framework if machine else None)
+        sequence = load_network(network).is_sequence
+    except InputError:  # a machine, network or framework that does not load: the run says why
         return {}
-    return {k: v for k, v in (("attention", fw.attention), ("decode_attention", fw.decode_attention))
-            if v not in (None, "filled")}
+    out = {}
+    if sequence and fw.attention is not None:
+        out["attention"] = fw.attention
+    if sequence and phase == "decode" and preallocated and fw.decode_attention != "filled":
+        out["decode_attention"] = fw.decode_attention
+    return out
 
 
 Case = make_dataclass(

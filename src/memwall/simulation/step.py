@@ -57,11 +57,12 @@ def case_network(case: Case) -> Network:
     its framework runs, else the network's own) and learned positions where it names them."""
     network = load_network(case.network)
     attention = case.attention
-    if attention is None and network.is_sequence:
+    if attention is None and network.is_sequence and (case.framework or case.machine):  # `memwall step` names no machine
         from ..frameworks import framework_for
         from ..profiles import load_machine
 
-        attention = framework_for(case.framework, load_machine(case.machine).framework).attention
+        default = load_machine(case.machine).framework if case.machine else None
+        attention = framework_for(case.framework, default).attention
     return with_positions(with_attention(network, attention), case.max_positions)
 
 

@@ -111,8 +111,13 @@ def _dequant_instructions(kernel: Any, framework: Framework | None) -> float:
 def stack_of(case: Any, machine: Machine) -> dict[str, Any]:
     """The software stack a case's step is timed with: its framework (the case's, else the
     machine's default, else hand-written) and how the step is timed, as :func:`simulate_step`
-    takes them."""
-    return {"framework": framework_for(case.framework, machine.framework), "timing": case.timing}
+    takes them. A single GEMM is a benchmark loop's call: never synchronised on its own."""
+    framework = framework_for(case.framework, machine.framework)
+    if case.gemm is not None and framework.synchronizes:
+        # a single product is timed as a benchmark loop times it: the device's stream, call
+        # after call, with no synchronisation per call (--timing host adds one)
+        framework = replace(framework, synchronizes=False)
+    return {"framework": framework, "timing": case.timing}
 
 
 def accumulated(timing: StepTiming, k: int) -> StepTiming:
