@@ -127,7 +127,7 @@ def test_calibration_reproduces_the_quantiles_of_a_synthetic_set(tmp_path) -> No
 
 
 def test_a_calibration_at_another_model_version_warns_but_applies(tmp_path, monkeypatch, capsys) -> None:
-    from memwall.model_version import MODEL_VERSION
+    from memwall.model_version import MODEL_SOURCE_VERSION as MODEL_VERSION
 
     calibration = cal.calibrate([_case(r, kind="scalar", regime="train", metric="cups")
                                  for r in (0.5, 1.0, 2.0, 1.5)], min_count=2, model_version="0ld")

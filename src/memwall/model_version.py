@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-__all__ = ["MODEL_VERSION", "ROOTS", "model_files", "model_version", "module_imports", "module_path",
+__all__ = ["MODEL_SOURCE_VERSION", "MODEL_VERSION", "ROOTS", "model_files", "model_version", "module_imports", "module_path",
            "package_modules"]
 
 PACKAGE = "memwall"
@@ -149,14 +149,22 @@ def _declared_version(top: Path) -> str:
     raise RuntimeError(f"{top / '__init__.py'}: no literal __version__ = '...'")
 
 
-def model_version(top: Path, roots: Iterable[str] = ROOTS) -> str:
+def model_version(top: Path, roots: Iterable[str] = ROOTS, *, sources_only: bool = False) -> str:
     """``__version__+hash``: the hash over the relative path and bytes of each of
-    :func:`model_files`, in name order."""
+    :func:`model_files`, in name order; ``sources_only``: of its Python sources alone, so
+    that every build of the same commit agrees (a compiled extension's bytes depend on the
+    compiler and the build folder)."""
     h = hashlib.sha256()
     for _, path in sorted(model_files(top, roots).items()):
+        if sources_only and path.suffix != ".py":
+            continue
         h.update(path.relative_to(top).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
     return f"{_declared_version(top)}+{h.hexdigest()[:10]}"
 
 
 MODEL_VERSION: str = model_version(Path(__file__).parent)
+# What a file committed beside the code (era_data/intervals.toml) names: the same on every
+# build of a commit. The engine's counts are exact (checked against the reference model),
+# so a change that moves a prediction moves a Python source too.
+MODEL_SOURCE_VERSION: str = model_version(Path(__file__).parent, sources_only=True)

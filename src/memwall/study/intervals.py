@@ -68,7 +68,7 @@ def calibrate(results: Sequence[CaseResult], *, coverage: float = COVERAGE, min_
     regime (``*``), a kind in every regime, with at least ``min_count`` checks, and the pooled
     group (all, if at least two); each with the (1 - coverage)/2 and (1 + coverage)/2
     quantiles of its residuals."""
-    from ..model_version import MODEL_VERSION
+    from ..model_version import MODEL_SOURCE_VERSION as MODEL_VERSION
 
     cases = calibrating(results)
     members: dict[tuple[str, str], list[float]] = {}
@@ -122,7 +122,7 @@ def leave_one_out(results: Sequence[CaseResult], *, coverage: float = COVERAGE,
 def stale(calibration: Calibration | None) -> str | None:
     """A sentence when the calibration was computed at another model version (its point
     predictions may since have moved), else None. Never an error: the intervals still apply."""
-    from ..model_version import MODEL_VERSION
+    from ..model_version import MODEL_SOURCE_VERSION as MODEL_VERSION
 
     if calibration is None or calibration.model_version == MODEL_VERSION:
         return None
