@@ -317,8 +317,9 @@ def _framework_lines(d: dict) -> list[str]:
     if not f or f["id"] == "hand-written":
         return []
     timed = " (timed from the host)" if d.get("timing") == "host" else ""
-    line = (f"framework {f['id']} ({f['name']}, {f['version']}){timed}: host work {format_time(f['host_seconds'])} "
-            f"({f['layer_passes']} layer passes), "
+    work = (f"host work {format_time(f['host_seconds'])} ({f['layer_passes']} layer passes)" if f["host_seconds"]
+            else "no host work of its own")
+    line = (f"framework {f['id']} ({f['name']}, {f['version']}){timed}: {work}, "
             + (f"synchronisation {format_time(f['synchronize_seconds'])}" if f["synchronize_seconds"]
                else "no synchronisation"))
     if f.get("unstated"):
