@@ -99,3 +99,19 @@ def fast_measurements() -> Path:
     from memwall.data import era_data_dir
 
     return era_data_dir() / "measurements" / "deepbench_v100.toml"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found(request):
+    """A test must not leave Ctrl-C ignored in this process: the ignored disposition is
+    inherited by every subprocess a later test starts (a memwall started with SIGINT
+    ignored never sees Ctrl-C), so it is restored here and the test that changed it named."""
+    import signal
+    import sys
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        print(f"\nconftest: {request.node.nodeid} left SIGINT as {after!r}; restored", file=sys.stderr)
