@@ -267,3 +267,37 @@ def test_a_framework_whose_kernels_shape_the_step_never_shares_another_framework
     megatron = make_case("h100-sxm", "gpt2-small", phase="decode", context=16, framework="megatron")
     assert replay_key(m, megatron) == replay_key(m, make_case("h100-sxm", "gpt2-small", phase="decode", context=16,
                                                                 framework="hand-written"))
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("prefetch_bucket = { value = 50000000", "prefetch_bucket = { value = -5", "sharding.prefetch_bucket"),
+    ("prefetch_bucket = { value = 50000000", "prefetch_bucket = { value = 1e300", "sharding.prefetch_bucket"),
+    ("prefetch_bucket = { value = 50000000", 'prefetch_bucket = { value = "many"', "sharding.prefetch_bucket"),
+])
+def test_a_bad_sharding_count_is_one_error_naming_the_field(tmp_path, old, new, field):
+    from memwall.data import era_data_dir
+
+    path = tmp_path / "deepspeed.toml"
+    path.write_text((era_data_dir() / "frameworks" / "deepspeed.toml").read_text().replace(old, new, 1))
+    with pytest.raises(InputError) as err:
+        load_framework_file(path)
+    assert err.value.field == field and err.value.line is not None
+
+
+def test_an_absurd_dequantization_count_is_refused(tmp_path):
+    from memwall.data import era_data_dir
+
+    path = tmp_path / "torch-compile.toml"
+    path.write_text((era_data_dir() / "frameworks" / "torch-compile.toml").read_text()
+                    .replace("dequant_int4 = { value = 1.375", "dequant_int4 = { value = 1e300", 1))
+    with pytest.raises(InputError) as err:
+        load_framework_file(path)
+    assert err.value.field == "kernels.dequant_int4"
+
+
+def test_a_cache_length_beyond_any_address_space_names_itself():
+    from memwall.simulation.step import build_case_step
+
+    with pytest.raises(InputError) as err:
+        build_case_step(make_case("h100-sxm", "gpt2-small", phase="decode", context=16, cache_length=10**20))
+    assert err.value.field == "cache_length"

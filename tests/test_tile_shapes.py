@@ -82,3 +82,20 @@ def test_a_product_of_one_row_is_not_padded_to_a_tile():
 
     one = run_case(Case(machine="a100-sxm", gemm=(1, 4096, 4096), dtype="bf16"))
     assert one["bound_class"] == "memory"
+
+
+def test_a_tile_set_for_an_unknown_dtype_is_refused_naming_the_field(tmp_path):
+    from memwall.data import era_data_dir
+    from memwall.errors import InputError
+    from memwall.profiles import load_machine_file
+
+    text = (era_data_dir() / "machines" / "h100-sxm.toml").read_text()
+    start = text.index("tile_shapes = ")
+    end = text.index("\n", start)
+    bad = text[:start] + 'tile_shapes = { value = { default = [[64, 64]], fp99 = [[64, 64]] }, source = "a b", ' \
+        'status = "estimate", derivation = "d" }' + text[end:]
+    path = tmp_path / "m.toml"
+    path.write_text(bad.replace('id = "h100-sxm"', 'id = "m"'))
+    with pytest.raises(InputError) as err:
+        load_machine_file(path)
+    assert err.value.field == "schedule.tile_shapes" and "fp99" in err.value.reason

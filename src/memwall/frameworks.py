@@ -63,14 +63,21 @@ COLLECTIVES = Table("[collectives]", (
 ), doc="The alpha of each collective call: the links' per-hop latencies and bandwidths are the machine's.")
 
 
+# Elements or units a sharding figure counts: far above any model's parameters, so only a
+# typing error meets it (and the step's arithmetic stays finite).
+MAX_COUNT = 1e18
+# Vector instructions a weight: far above any kernel's unpacking.
+MAX_INSTRUCTIONS = 1e3
+
+
 def _count(value: Any, context: dict[str, Any]) -> int:
     """A count of elements or units: a number, or a string like ``'5e7'``."""
     try:
         n = float(str(value).replace("_", ""))
     except ValueError:
-        raise ValueError(f"expected a count (a number like 50000000 or '5e7'), got {value!r}") from None
-    if n < 0 or n != int(n):
-        raise ValueError(f"expected a whole count of at least 0, got {value!r}")
+        raise InputError(f"expected a count (a number like 50000000 or '5e7'), got {value!r}") from None
+    if not 0 <= n <= MAX_COUNT or n != int(n):
+        raise InputError(f"expected a whole count from 0 to {MAX_COUNT:.0e}, got {value!r}")
     return int(n)
 
 
@@ -122,9 +129,9 @@ KERNELS = Table("[kernels]", (
           "unpack, convert, scale and offset each weight (and, where it computes the product on the vector "
           "units, the multiply-add), counted at the 32-bit instruction rate (an instruction at half or a quarter "
           "of that rate counts 2 or 4); unstated: the scale multiply and zero-point subtraction the step counts "
-          "(2)", minimum=0, unit=_I, figure="required"),
-    Field("dequant_int8", "number", "as dequant_int4, for int8 weights; unstated: 2", minimum=0, unit=_I,
-          figure="required"),
+          "(2)", minimum=0, maximum=MAX_INSTRUCTIONS, unit=_I, figure="required"),
+    Field("dequant_int8", "number", "as dequant_int4, for int8 weights; unstated: 2", minimum=0,
+          maximum=MAX_INSTRUCTIONS, unit=_I, figure="required"),
     Field("note", "str", "free text"),
 ), doc="The kernels it runs for an operation where they differ from the plain ones (docs/timing.md, 'The "
        "framework').")

@@ -42,6 +42,7 @@ from .units import (
     parse_time,
 )
 from .vocabulary import DISPATCH_MODES
+from .vocabulary import DTYPES as STEP_DTYPES
 
 FORMAT_VERSION = 1
 # What changed in each format version, printed when a file names another version.
@@ -172,6 +173,11 @@ def _tile_shapes(value: Any, context: dict[str, Any]) -> Any:
             raise InputError(f"tile_shapes must be [[tile_m, tile_n], ...] of positive integers, got {v!r}")
         return [list(p) for p in pairs]
     if isinstance(value, dict):
+        unknown = [k for k in value if k != "default" and k not in STEP_DTYPES]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], [*STEP_DTYPES, "default"], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; one of default, {', '.join(STEP_DTYPES)}"
+            raise InputError(f"tile_shapes names an unknown dtype {unknown[0]!r}{hint}")
         return {k: shapes(v) for k, v in value.items()}
     return shapes(value)
 

@@ -46,6 +46,8 @@ def _addressable(step: Step, case: Case) -> Step:
         what, field = f"network {case.network} with --max-positions {case.max_positions}", "max_positions"
     elif weights > MAX_STEP_BYTES:
         what, field = f"network {case.network}", "network"
+    elif case.cache_length is not None and step.ledger.as_dict().get("kv_cache", 0) > MAX_STEP_BYTES:
+        what, field = f"network {case.network} with --cache-length {case.cache_length}", "cache_length"
     else:
         what, field = f"network {case.network} at --batch {case.batch}", "batch"
     raise InputError(f"{what} needs {peak:.3g} bytes of operands at its peak, beyond the 2^62 bytes a 64-bit "
