@@ -28,13 +28,12 @@ from typing import Any
 
 from .data import data_files
 from .errors import InputError
-from .schema import Field, Figure, Problems, Table, read_toml, walk
+from .schema import Field, Figure, Problems, Table, check_provenance, read_toml, walk
 from .units import parse_time
 from .vocabulary import ATTENTIONS, DISPATCH_MODES
 
 HAND_WRITTEN = "hand-written"  # no file: the kernels alone
 HOST_FIGURES = ("operator", "layer", "step", "synchronize")
-STATUSES = ("verified", "secondary", "estimate", "announced", "measured")
 
 
 def _time(value: Any, context: dict[str, Any]) -> float:
@@ -255,15 +254,7 @@ def load_framework_file(path: str | Path) -> Framework:
     problems = Problems(str(path), text)
     values = walk(raw, FRAMEWORK, problems, context={"provenance": True})
     sources = values.get("sources", {})
-    for key, fig in problems.provenance.items():
-        if not fig.source:
-            problems.add("a figure needs 'source' (a citation, URL, or a key of [sources])", key)
-        elif fig.source not in sources and " " not in fig.source and "://" not in fig.source:
-            close = difflib.get_close_matches(fig.source, list(sources), n=1)
-            problems.add(f"source {fig.source!r} is not a key of [sources]"
-                         + (f"; did you mean '{close[0]}'?" if close else ""), key)
-        if not fig.status:
-            problems.add(f"a figure needs 'status' ({', '.join(STATUSES)})", key)
+    check_provenance(problems, sources)
     problems.raise_first("; run 'memwall frameworks validate'")
     ident, host, coll = values["framework"], values.get("host", {}), values.get("collectives", {})
     unstated = tuple(f"host.{k}" for k in HOST_FIGURES if k not in host)
@@ -302,3 +293,11 @@ def load_framework(framework_id: str) -> Framework:
 def framework_for(case_framework: str | None, machine_framework: str | None) -> Framework:
     """The framework a case runs with: its own, else its machine's default, else hand-written."""
     return load_framework(case_framework or machine_framework or HAND_WRITTEN)
+
+
+def case_framework(framework: str | None, machine: str | None) -> Framework:
+    """:func:`framework_for` a case that names its machine by id or path (none, as
+    ``memwall step``: no machine, no default)."""
+    from .profiles import load_machine  # lazy: profiles imports this module
+
+    return framework_for(framework, load_machine(machine).framework if machine else None)

@@ -154,17 +154,22 @@ def model_version(top: Path, roots: Iterable[str] = ROOTS, *, sources_only: bool
     :func:`model_files`, in name order; ``sources_only``: of its Python sources alone, so
     that every build of the same commit agrees (a compiled extension's bytes depend on the
     compiler and the build folder)."""
-    h = hashlib.sha256()
+    return _versions(top, roots)[1 if sources_only else 0]
+
+
+def _versions(top: Path, roots: Iterable[str] = ROOTS) -> tuple[str, str]:
+    """(every model file, the Python sources alone), from one walk of the imports."""
+    whole, sources = hashlib.sha256(), hashlib.sha256()
     for _, path in sorted(model_files(top, roots).items()):
-        if sources_only and path.suffix != ".py":
-            continue
-        h.update(path.relative_to(top).as_posix().encode() + b"\0")
-        h.update(path.read_bytes())
-    return f"{_declared_version(top)}+{h.hexdigest()[:10]}"
+        part = path.relative_to(top).as_posix().encode() + b"\0" + path.read_bytes()
+        whole.update(part)
+        if path.suffix == ".py":
+            sources.update(part)
+    declared = _declared_version(top)
+    return f"{declared}+{whole.hexdigest()[:10]}", f"{declared}+{sources.hexdigest()[:10]}"
 
 
-MODEL_VERSION: str = model_version(Path(__file__).parent)
-# What a file committed beside the code (era_data/intervals.toml) names: the same on every
-# build of a commit. The engine's counts are exact (checked against the reference model),
-# so a change that moves a prediction moves a Python source too.
-MODEL_SOURCE_VERSION: str = model_version(Path(__file__).parent, sources_only=True)
+# What a file committed beside the code (era_data/intervals.toml) names is the second: the
+# same on every build of a commit. The engine's counts are exact (checked against the
+# reference model), so a change that moves a prediction moves a Python source too.
+MODEL_VERSION, MODEL_SOURCE_VERSION = _versions(Path(__file__).parent)

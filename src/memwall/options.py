@@ -339,12 +339,11 @@ def _step_shaping(framework: str | None, machine: str, network: str, phase: str,
     """The kernel choices of a case's framework that shape its step: its attention kernels
     for a network with attention, what decode reads of a cache preallocated to
     ``--cache-length``; those at their defaults are left out."""
-    from .frameworks import framework_for
+    from .frameworks import case_framework
     from .networks import load_network
-    from .profiles import load_machine
 
     try:
-        fw = framework_for(framework, load_machine(machine).framework if machine else None)
+        fw = case_framework(framework, machine)
         sequence = load_network(network).is_sequence
     except InputError:  # a machine, network or framework that does not load: the run says why
         return {}

@@ -29,9 +29,9 @@ from typing import Any
 from .errors import InputError, RetiredField, real_first
 from .frameworks import framework_ids
 from .interconnect import Interconnect, Link
-from .levels import ENERGY_PER_BYTE, LEVEL, STATUSES, Figure, LevelSpec, energy_per_byte, levels_from
+from .levels import ENERGY_PER_BYTE, LEVEL, Figure, LevelSpec, energy_per_byte, levels_from
 from .plausibility import plausibility, structure
-from .schema import Field, Problems, Table, read_toml, walk
+from .schema import Field, Problems, Table, check_provenance, read_toml, walk
 from .units import (
     parse_byte_rate,
     parse_bytes,
@@ -752,20 +752,6 @@ def _read_chain(path: Path, problems: Problems, chain: list[Path] | None = None,
     return merged, tables[0]
 
 
-def _check_provenance(problems: Problems, sources: Mapping[str, str]) -> None:
-    for key, fig in problems.provenance.items():
-        if not fig.source:
-            problems.add("a figure needs 'source' (a citation, URL, or a key of [sources])", key)
-        elif fig.source not in sources and " " not in fig.source and "://" not in fig.source:
-            close = difflib.get_close_matches(fig.source, list(sources), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            problems.add(f"source {fig.source!r} is not a key of [sources]{hint}", key)
-        if not fig.status:
-            problems.add(f"a figure needs 'status' ({', '.join(STATUSES)})", key)
-        if fig.status == "estimate" and not fig.derivation:
-            problems.add("an estimate needs its 'derivation'", key)
-
-
 def _check_kind(values: Mapping[str, Any], problems: Problems) -> None:
     """What the kind of machine asks of the timing model and the issue costs."""
     kind, model = values.get("kind"), values.get("timing", {}).get("model")
@@ -1033,7 +1019,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     _check_schedule(values, levels, problems)
     structure(problems, path, values.get("id"), values.get("memory", {}).get("capacity"), levels)
     primary = _primary_dtype(values, problems)
-    _check_provenance(problems, values.get("sources", {}))
+    check_provenance(problems, values.get("sources", {}))
     if sets:
         _blame_sets(problems, sets)
     if problems.errors:

@@ -141,6 +141,22 @@ FIGURE = Table("figure", (
 ), flat=True)
 
 
+def check_provenance(problems: Problems, sources: Mapping[str, str]) -> None:
+    """Every figure of a file names its source (a citation, a URL, or a key of its
+    ``[sources]``) and its status; an estimate says how it was derived."""
+    for key, fig in problems.provenance.items():
+        if not fig.source:
+            problems.add("a figure needs 'source' (a citation, URL, or a key of [sources])", key)
+        elif fig.source not in sources and " " not in fig.source and "://" not in fig.source:
+            close = difflib.get_close_matches(fig.source, list(sources), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            problems.add(f"source {fig.source!r} is not a key of [sources]{hint}", key)
+        if not fig.status:
+            problems.add(f"a figure needs 'status' ({', '.join(FIGURE_STATUSES)})", key)
+        if fig.status == "estimate" and not fig.derivation:
+            problems.add("an estimate needs its 'derivation'", key)
+
+
 # ---------------------------------------------------------------------------------
 # Where keys are written
 

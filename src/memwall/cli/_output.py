@@ -63,3 +63,25 @@ def report(paths: Iterable[str], check: Callable[[str], tuple[list[InputError], 
     extra = f"; {warned} warning(s){' (counted as problems: --strict)' if strict else ''}" if warned else ""
     print(f"{len(paths) - bad} of {len(paths)} file(s) valid{extra}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def add_catalogue(subparsers: Any, name: str, *, help: str, description: str, noun: str, show_metavar: str,
+                  show_help: str, show_description: str, validate_description: str,
+                  list_func: Callable[[Any], int], show_func: Callable[[Any], int],
+                  validate_func: Callable[[Any], int]) -> None:
+    """A data catalogue's subcommand (``memwall networks``, ``memwall frameworks``): ``list
+    [--json]``, ``show ID [--json]`` and ``validate FILE...``; ``show`` reads its id as ``noun``."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    sub = parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    p = sub.add_parser("list", help=f"one row per {noun}", description=f"One row per shipped {noun}.")
+    p.add_argument("--json", action="store_true", help="a JSON list of objects")
+    p.set_defaults(func=list_func)
+    p = sub.add_parser("show", help=show_help, description=show_description)
+    p.add_argument(noun, metavar=show_metavar)
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=show_func)
+    p = sub.add_parser("validate", help=f"check {noun} files; every problem by file, line, field and reason",
+                       description=validate_description)
+    p.add_argument("paths", nargs="+", metavar="FILE", help=f"{noun} .toml files")
+    p.set_defaults(func=validate_func)

@@ -12,28 +12,19 @@ from ..errors import InputError
 from ..frameworks import HOST_FIGURES, framework_ids, load_framework, load_framework_file
 from ..text import printable
 from ..units import format_time
-from ._output import print_json, report
+from ._output import add_catalogue, print_json, report
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "frameworks", help="list and show the frameworks and runtimes a step can run with",
-        description="The frameworks and runtimes (era_data/frameworks): the host time each adds around the "
-                    "kernels, and the base latency of its collectives (docs/timing.md, 'The framework').")
-    sub = parser.add_subparsers(dest="frameworks_command", metavar="ACTION")
-    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
-    p = sub.add_parser("list", help="one row per framework", description="One row per framework.")
-    p.add_argument("--json", action="store_true", help="a JSON list of objects")
-    p.set_defaults(func=cmd_list)
-    p = sub.add_parser("show", help="one framework with each figure's source",
-                       description="One framework: its figures, their sources and status.")
-    p.add_argument("framework", metavar="ID", help=f"one of {', '.join(framework_ids())}")
-    p.add_argument("--json", action="store_true", help="as JSON")
-    p.set_defaults(func=cmd_show)
-    p = sub.add_parser("validate", help="check framework files; every problem by file, line, field and reason",
-                       description="Check framework files. Exit 0 if all are valid, 1 otherwise.")
-    p.add_argument("paths", nargs="+", metavar="FILE", help="framework .toml files")
-    p.set_defaults(func=cmd_validate)
+    add_catalogue(subparsers, "frameworks", help="list and show the frameworks and runtimes a step can run with",
+                  description="The frameworks and runtimes (era_data/frameworks): the host time each adds around "
+                              "the kernels, and the base latency of its collectives (docs/timing.md, 'The "
+                              "framework').", noun="framework", show_metavar="ID",
+                  show_help="one framework with each figure's source",
+                  show_description=f"One framework ({', '.join(framework_ids())}): its figures, their sources "
+                                   "and status.",
+                  validate_description="Check framework files. Exit 0 if all are valid, 1 otherwise.",
+                  list_func=cmd_list, show_func=cmd_show, validate_func=cmd_validate)
 
 
 def _time(value: float, stated: bool) -> str:

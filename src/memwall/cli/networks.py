@@ -11,25 +11,16 @@ from typing import Any
 from ..errors import InputError
 from ..networks import all_networks, check_network_file, load_network
 from ..text import printable
-from ._output import print_json, report
+from ._output import add_catalogue, print_json, report
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("networks", help="list and show network presets",
-                                   description="The shipped networks: classics of the 1980s and modern ones.")
-    sub = parser.add_subparsers(dest="networks_command", metavar="ACTION")
-    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
-    p = sub.add_parser("list", help="one row per network", description="One row per shipped network.")
-    p.add_argument("--json", action="store_true", help="a JSON list of objects")
-    p.set_defaults(func=cmd_list)
-    p = sub.add_parser("show", help="one network in full", description="One network (an id or a .toml path).")
-    p.add_argument("network", metavar="ID")
-    p.add_argument("--json", action="store_true", help="as JSON")
-    p.set_defaults(func=cmd_show)
-    p = sub.add_parser("validate", help="check preset files; every problem by file, line, field and reason",
-                       description="Check network preset files. Exit 0 if all are valid, 1 otherwise.")
-    p.add_argument("paths", nargs="+", metavar="FILE", help="preset .toml files")
-    p.set_defaults(func=cmd_validate)
+    add_catalogue(subparsers, "networks", help="list and show network presets",
+                  description="The shipped networks: classics of the 1980s and modern ones.", noun="network",
+                  show_metavar="ID", show_help="one network in full",
+                  show_description="One network (an id or a .toml path).",
+                  validate_description="Check network preset files. Exit 0 if all are valid, 1 otherwise.",
+                  list_func=cmd_list, show_func=cmd_show, validate_func=cmd_validate)
 
 
 def _count(n: int) -> str:

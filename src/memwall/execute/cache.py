@@ -65,3 +65,12 @@ def cases_cache() -> Store | None:
     if folder is None:
         return None
     return Store(folder.parent / "sweep", on_damaged=None)
+
+
+def cache_store(name: str, content: str) -> Store | None:
+    """The per-user store ``name`` of records holding a ``content`` table (the figures'
+    data, their drawings), or None when the cache is off."""
+    from .store import Store
+
+    root = cache_root()
+    return None if root is None else Store(root / name, content=content)

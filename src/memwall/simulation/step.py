@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..errors import InputError
+from ..frameworks import case_framework
 from ..networks import Network, load_network, with_attention, with_positions
 from ..options import Case
 from ..workloads.config import TrainingConfig
@@ -59,12 +60,8 @@ def case_network(case: Case) -> Network:
     its framework runs, else the network's own) and learned positions where it names them."""
     network = load_network(case.network)
     attention = case.attention
-    if attention is None and network.is_sequence and (case.framework or case.machine):  # `memwall step` names no machine
-        from ..frameworks import framework_for
-        from ..profiles import load_machine
-
-        default = load_machine(case.machine).framework if case.machine else None
-        attention = framework_for(case.framework, default).attention
+    if attention is None and network.is_sequence:
+        attention = case_framework(case.framework, case.machine).attention
     return with_positions(with_attention(network, attention), case.max_positions)
 
 

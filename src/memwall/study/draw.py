@@ -182,13 +182,11 @@ def _shared_data(name: str, inputs: Any, data_of: Callable[[], dict[str, Any]]) 
     sweeps), from the per-user cache (:mod:`memwall.execute.cache`) where the same model
     computed it from the same inputs for another sweep folder; computed and kept otherwise."""
     from ..canonical import dumps
-    from ..execute.cache import cache_root
-    from ..execute.store import Store
+    from ..execute.cache import cache_store
 
-    root = cache_root()
-    if root is None:
+    store = cache_store("figures", "data")
+    if store is None:
         return data_of()
-    store = Store(root / "figures", content="data")
     key = hashlib.sha256(dumps({"model": MODEL_VERSION, "figure": name, "inputs": inputs}).encode()).hexdigest()[:32]
     record = store.get(key)
     if record is not None and record.get("status") == "ok":
@@ -203,11 +201,9 @@ def _shared_data(name: str, inputs: Any, data_of: Callable[[], dict[str, Any]]) 
 
 def _drawings() -> Any:
     """The per-user cache's store of drawn figures (None: the cache is off)."""
-    from ..execute.cache import cache_root
-    from ..execute.store import Store
+    from ..execute.cache import cache_store
 
-    root = cache_root()
-    return None if root is None else Store(root / "drawings", content="files")
+    return cache_store("drawings", "files")
 
 
 def _drawn_before(digest: str, paths: Sequence[Path]) -> bool:
