@@ -301,3 +301,11 @@ def test_a_cache_length_beyond_any_address_space_names_itself():
     with pytest.raises(InputError) as err:
         build_case_step(make_case("h100-sxm", "gpt2-small", phase="decode", context=16, cache_length=10**20))
     assert err.value.field == "cache_length"
+
+
+def test_a_step_the_frameworks_host_work_binds_says_framework_bound_with_its_numbers():
+    r = run_case(Case(machine="h100-sxm", network="gpt2-small", phase="decode", context=16, framework="torch-compile"))
+    d = r["dispatch"]
+    assert d["host_seconds"] > d["device_seconds"] and d["framework"]["host_seconds"] > d["host_seconds"] / 2
+    assert r["bound"] == r["bound_class"] == "framework"
+    assert r["verdict"].startswith("framework-bound (torch-compile): its own host work (345 us)")

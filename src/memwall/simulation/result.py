@@ -22,7 +22,7 @@ from ..plausibility import implausible_figures, structure_warnings, suspect_figu
 from ..profiles import Machine
 from ..seed import MICRO_PHASES, seed_model
 from ..text import non_finite
-from ..timing import MEMORY, StepTiming, arithmetic_rate, word_widening
+from ..timing import FRAMEWORK, MEMORY, StepTiming, arithmetic_rate, word_widening
 from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, activation_traffic, d_min
@@ -459,7 +459,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
     seconds_of = retime or (lambda _: timing.seconds)
     mode = timing.dispatch.mode if timing.dispatch is not None else None
     elasticities = sensitivity(machine, seconds_of, mode, links=case.parallel.devices > 1) if timing.seconds > 0 else {}
-    binds = binding(elasticities, timing.memory_ratio, fallback=timing.bound_class)
+    binds = binding(elasticities, timing.memory_ratio, fallback=timing.bound_class,
+                    framework_bound=timing.bound == FRAMEWORK)
     seconds = timing.seconds
     # the step's dtype as asked: fp8 training runs its products in fp8, the rest in bf16
     dtype = step.config.dtype if step.kernels else case.dtype

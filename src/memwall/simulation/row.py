@@ -64,7 +64,7 @@ ROW: tuple[Column, ...] = (
     Column("compute_fraction", "number", "", "compute", "compute cycles / total"),
     Column("overhead_fraction", "number", "", "overhead", "overhead cycles / total"),
     Column("dispatch", "text", "", "dispatch", "eager, graph or compiled"),
-    Column("bound_class", "text", "", "bound class", "what binds: compute, memory, dispatch, startup, interconnect, "
+    Column("bound_class", "text", "", "bound class", "what binds: compute, memory, dispatch, framework, startup, interconnect, "
            "or mixed where that contradicts memory_ratio"),
     Column("memory_ratio", "number", "", "mem/arith", "memory time / arithmetic time (1 is the flip)"),
     Column("dispatch_fraction", "number", "", "dispatch share", "dispatch time / step time"),

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..interconnect import Link
 from ..profiles import Machine, with_memory_bandwidth
-from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP
+from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, STARTUP
 
 MEMORY, MIXED = "memory", "mixed"
 Retime = Callable[[Machine], float]  # the step's seconds, its counts timed on another machine
@@ -177,9 +177,19 @@ class Binding:
     named: str = ""  # the resource's own figure with the largest |elasticity| (what a verdict names)
 
 
-def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallback: str = COMPUTE) -> Binding:
+def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallback: str = COMPUTE,
+            framework_bound: bool = False) -> Binding:
     """The binding figure and class of a step from its :func:`sensitivity`. ``fallback``
-    names the class when no figure moves the step (an empty step)."""
+    names the class when no figure moves the step (an empty step). ``framework_bound``: the
+    device waits on a host stream that is mostly the framework's own work, which no machine
+    figure's elasticity can name (the framework's figures are not the machine's)."""
+    if framework_bound:
+        shares = {}
+        for p, e in elasticities.items():
+            cls = figure_class(p)
+            if cls not in (None, "scale"):
+                shares[cls] = round(shares.get(cls, 0.0) + abs(e), 4)
+        return Binding(FRAMEWORK, FRAMEWORK, FRAMEWORK, shares, FRAMEWORK)
     classed = {p: abs(e) for p, e in elasticities.items() if figure_class(p) not in (None, "scale")}
     shares: dict[str, float] = {}
     for p, e in classed.items():

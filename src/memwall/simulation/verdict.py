@@ -1,6 +1,6 @@
 """The verdict: one line naming what binds a step, in its own phrase, with the numbers that say so.
 
-Owns: the phrase each binding class gets (compute, memory, dispatch, start-up,
+Owns: the phrase each binding class gets (compute, memory, dispatch, framework, start-up,
 interconnect, mixed; :mod:`memwall.simulation.sensitivity` decides the class), and how
 memory compares with arithmetic beside it. A verdict starts ``arithmetic-bound`` only
 when the class is compute, and ``mixed:`` where the class and ``memory_ratio`` disagree.
@@ -8,7 +8,7 @@ when the class is compute, and ``mixed:`` where the class and ``memory_ratio`` d
 
 from __future__ import annotations
 
-from ..timing import COMPUTE, DISPATCH, INTERCONNECT, STARTUP, StepTiming
+from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, STARTUP, StepTiming
 from ..units import format_time
 from .sensitivity import MEMORY, MIXED, Binding
 
@@ -44,6 +44,11 @@ def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]
                     f"{d.host_seconds / seconds:.0%} of the step ({d.mode}; {memory})")
         return (f"dispatch-bound ({figure}): the device's gaps between {d.launches} kernels take "
                 f"{format_time(parts[DISPATCH])} of its {format_time(d.device_seconds)} ({d.mode}; {memory})")
+    if cls == FRAMEWORK and d is not None:
+        issue = f" and the kernels' issue {format_time(d.machine_host)}" if d.machine_host > 0 else ""
+        return (f"framework-bound ({d.framework}): its own host work ({format_time(d.framework_host)}){issue} take "
+                f"the host {format_time(d.host_seconds)} while the device works {format_time(d.device_seconds)} "
+                f"({d.mode}; {memory})")
     if cls == STARTUP:
         return f"startup-bound ({figure}): vector start-up is {parts[STARTUP] / seconds:.0%} of the step ({memory})"
     if cls == INTERCONNECT:
