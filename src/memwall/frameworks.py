@@ -293,11 +293,3 @@ def load_framework(framework_id: str) -> Framework:
 def framework_for(case_framework: str | None, machine_framework: str | None) -> Framework:
     """The framework a case runs with: its own, else its machine's default, else hand-written."""
     return load_framework(case_framework or machine_framework or HAND_WRITTEN)
-
-
-def case_framework(framework: str | None, machine: str | None) -> Framework:
-    """:func:`framework_for` a case that names its machine by id or path (none, as
-    ``memwall step``: no machine, no default)."""
-    from .profiles import load_machine  # lazy: profiles imports this module
-
-    return framework_for(framework, load_machine(machine).framework if machine else None)

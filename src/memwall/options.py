@@ -339,8 +339,8 @@ def _step_shaping(framework: str | None, machine: str, network: str, phase: str,
     """The kernel choices of a case's framework that shape its step: its attention kernels
     for a network with attention, what decode reads of a cache preallocated to
     ``--cache-length``; those at their defaults are left out."""
-    from .frameworks import case_framework
     from .networks import load_network
+    from .profiles import case_framework
 
     try:
         fw = case_framework(framework, machine)

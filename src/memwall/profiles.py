@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, RetiredField, real_first
-from .frameworks import framework_ids
+from .frameworks import Framework, framework_for, framework_ids
 from .interconnect import Interconnect, Link
 from .levels import ENERGY_PER_BYTE, LEVEL, Figure, LevelSpec, energy_per_byte, levels_from
 from .plausibility import plausibility, structure
@@ -1131,3 +1131,9 @@ def load_machine(id_or_path: str | Path, sets: Mapping[str, str] | None = None) 
 def all_machines() -> list[Machine]:
     """Every shipped machine, sorted by year, then id."""
     return sorted((load_machine_file(p) for p in _shipped_paths().values()), key=lambda m: (m.year, m.id))
+
+
+def case_framework(framework: str | None, machine: str | None) -> Framework:
+    """The framework a case runs with (:func:`memwall.frameworks.framework_for`), for a case
+    that names its machine by id or path (none, as ``memwall step``: no machine, no default)."""
+    return framework_for(framework, load_machine(machine).framework if machine else None)

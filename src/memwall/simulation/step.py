@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..errors import InputError
-from ..frameworks import case_framework
 from ..networks import Network, load_network, with_attention, with_positions
 from ..options import Case
+from ..profiles import case_framework
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, build_step, gemm_step
 
