@@ -213,6 +213,43 @@ def test_every_collective_call_pays_the_frameworks_base_latency():
     assert b[0].seconds - a[0].seconds == pytest.approx(4 * 8e-6)
 
 
+def test_a_gradient_reduction_after_the_backward_is_one_call_and_hides_behind_nothing():
+    from memwall.interconnect import Group, collective
+    from memwall.profiles import load_machine
+    from memwall.workloads.parallel import Comm
+
+    ic = load_machine("a100-sxm").interconnect
+    grads = 100 * 2**20  # 4 buckets of 25 MiB when issued during the backward
+    comms = [Comm("grads", "all-reduce", 32, 1, grads, 1, "step", "backward")]
+    kw = dict(micro_batches=4, micro_seconds=1.0, backward_seconds=0.6, base=8e-6)
+    hidden = time_communication(ic, comms, **kw)[0]
+    after = time_communication(ic, comms, **kw, gradients="after-backward")[0]
+    whole = collective(ic, "all-reduce", Group(32, 1), grads)
+    assert after.exposed == after.seconds == pytest.approx(whole + 8e-6)  # one call on the flat buffer
+    assert hidden.seconds == pytest.approx(whole + 4 * 8e-6)
+    assert hidden.exposed < after.exposed  # the buckets hide behind a backward longer than them
+
+
+def test_megatron_2021_waits_for_its_gradients_and_megatron_core_hides_them():
+    assert load_framework("megatron").gradients == "after-backward"
+    assert load_framework("megatron-core").gradients == "overlapped"
+    assert load_framework("pytorch-eager").gradients == "overlapped"  # DDP's buckets
+    case = dict(machine="a100-sxm", network="gpt2-small", batch=1, seq_len=256, accumulate=2, dp=8)
+    old = run_case(Case(**case, framework="megatron"))
+    new = run_case(Case(**case, framework="megatron-core"))
+    grads = [c for c in old["communication"] if "gradient" in c["name"]]
+    assert grads and grads[0]["exposed"] == pytest.approx(grads[0]["seconds"])
+    assert old["seconds"] > new["seconds"]
+
+
+def test_a_bad_gradient_reduction_is_refused_naming_the_field(tmp_path):
+    path = tmp_path / "fw.toml"
+    path.write_text('[framework]\nname = "x"\nversion = "1"\ndispatch = "eager"\n'
+                    '[collectives]\ngradients = "sometimes"\n')
+    with pytest.raises(InputError, match="gradients"):
+        load_framework_file(path)
+
+
 def test_a_measurement_may_name_its_framework_and_timing(tmp_path):
     from memwall.study.measurements import load_measurement_file
     from memwall.study.validation import case_for

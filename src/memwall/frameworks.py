@@ -34,6 +34,8 @@ from .vocabulary import ATTENTIONS, DISPATCH_MODES
 
 HAND_WRITTEN = "hand-written"  # no file: the kernels alone
 HOST_FIGURES = ("operator", "layer", "step", "synchronize")
+# When the data-parallel gradient reduction runs ([collectives] gradients): memwall.timing.time_communication
+GRADIENT_REDUCTIONS = ("overlapped", "after-backward")
 
 
 def _time(value: Any, context: dict[str, Any]) -> float:
@@ -58,8 +60,15 @@ COLLECTIVES = Table("[collectives]", (
     Field("library", "text", "the collective library and version the figures describe (`NCCL 2.21`)"),
     Field("base", "any", "seconds per collective call before its per-hop latencies and bytes (NCCL's "
           "baseLat for the protocol it picks)", parse=_time, unit=_T, figure="required"),
+    Field("gradients", "word", "when the data-parallel gradient reduction (ZeRO 0-2) runs: `overlapped` "
+          "(in buckets, issued while the last micro-batch's backward runs, as PyTorch DDP and Megatron-Core's "
+          "overlap_grad_reduce do) or `after-backward` (the whole gradient buffer reduced once the step's "
+          "backward has finished, the device waiting for it, as Megatron-LM's local DDP of 2020-22 does); "
+          "unstated: overlapped; say where it was read in the note", choices=GRADIENT_REDUCTIONS,
+          noun="gradient reduction"),
     Field("note", "str", "free text"),
-), doc="The alpha of each collective call: the links' per-hop latencies and bandwidths are the machine's.")
+), doc="The alpha of each collective call, and when the gradient reduction runs: the links' per-hop "
+       "latencies and bandwidths are the machine's.")
 
 
 # Elements or units a sharding figure counts: far above any model's parameters, so only a
@@ -200,6 +209,7 @@ class Framework:
     step: float = 0.0
     synchronize: float = 0.0
     collective_base: float = 0.0
+    gradients: str = "overlapped"  # when the data-parallel gradient reduction runs (GRADIENT_REDUCTIONS)
     sharding: Sharding = IDEAL_SHARDING
     decode_attention: str = "filled"  # what decode attention reads of a preallocated cache
     dequant: Mapping[str, float] = field(default_factory=dict)  # stored type -> vector instructions a weight
@@ -226,7 +236,8 @@ class Framework:
                 "synchronizes": self.synchronizes,
                 "host": {"operator": self.operator, "layer": self.layer, "step": self.step,
                          "synchronize": self.synchronize},
-                "collective_base": self.collective_base, "unstated": list(self.unstated),
+                "collective_base": self.collective_base, "gradients": self.gradients,
+                "unstated": list(self.unstated),
                 # only a file that states [sharding]: the ideal default is no figure of its own
                 **({"sharding": self.sharding.as_dict()} if self.sharding is not IDEAL_SHARDING else {}),
                 # only a file that states [kernels]: the plain kernels are no figure of their own
@@ -271,6 +282,7 @@ def load_framework_file(path: str | Path) -> Framework:
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
+                     gradients=coll.get("gradients", "overlapped"),
                      sharding=sharding, decode_attention=kernels.get("decode_attention", "filled"),
                      dequant={k[len("dequant_"):]: v for k, v in kernels.items() if k.startswith("dequant_")},
                      unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),

@@ -846,12 +846,13 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
                        backward_seconds: float,
                        attention_seconds: Mapping[str, float] | None = None, base: float = 0.0,
                        sharding: Any = None, copy: tuple[float, float] = (0.0, 0.0),
-                       recompute_seconds: float = 0.0) -> list[CommTiming]:
+                       recompute_seconds: float = 0.0, gradients: str = "overlapped") -> list[CommTiming]:
     """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
     reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
-    micro-batch's backward kernels. ``compute`` (ZeRO-3's prefetched per-layer gathers):
+    micro-batch's backward kernels; all of it where the framework reduces its gradients
+    after the backward (``gradients = 'after-backward'``, Megatron-LM's local DDP). ``compute`` (ZeRO-3's prefetched per-layer gathers):
     exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
     micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last.
     ``attention`` / ``attention-backward`` (ring attention's blocks, a group of n): each of
@@ -879,11 +880,15 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
             out.append(sharded[id(c)])
             continue
         group = Group(c.size, c.stride)
-        calls = -(-c.bytes // BUCKET_BYTES) if c.overlap == "backward" else 1
+        # buckets only where they are issued during the backward; after it, one call on the flat buffer
+        bucketed = c.overlap == "backward" and gradients != "after-backward"
+        calls = -(-c.bytes // BUCKET_BYTES) if bucketed else 1
         one = collective(ic, c.kind, group, c.bytes) + calls * base if c.bytes and c.count else 0.0
         n = c.count * (micro_batches if c.per == "micro" else 1)
         total = one * n
-        if c.overlap == "backward" and total > 0:
+        if c.overlap == "backward" and gradients == "after-backward":
+            exposed = total  # one reduction of the whole buffer once the backward is done: nothing hides it
+        elif c.overlap == "backward" and total > 0:
             bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES)) + base
             exposed = max(bucket, total - backward_seconds)
         elif c.overlap == "compute":
@@ -1195,7 +1200,8 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
                                backward_seconds=backward, attention_seconds=attention,
                                base=timing.framework.collective_base if timing.framework is not None else 0.0,
                                sharding=timing.framework.sharding if timing.framework is not None else None,
-                               copy=_copy_figures(timing.machine), recompute_seconds=recompute)
+                               copy=_copy_figures(timing.machine), recompute_seconds=recompute,
+                               gradients=timing.framework.gradients if timing.framework is not None else "overlapped")
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)

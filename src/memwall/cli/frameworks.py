@@ -59,6 +59,10 @@ def cmd_show(args: Any) -> int:
         print(printable(f"  {key} = {fig.value} [{fig.status}] {source}"))
         if fig.derivation:
             print(printable(f"      derivation: {fig.derivation}"))
+    if f.id != "hand-written":
+        print(f"  collectives.gradients = {f.gradients}: the data-parallel gradient reduction "
+              + ("runs after the backward, waited for" if f.gradients == "after-backward"
+                 else "hides behind the last micro-batch's backward"))
     if f.unstated:
         print(printable(f"  unstated (counted as 0): {', '.join(f.unstated)}"))
     return 0
