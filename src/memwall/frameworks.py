@@ -209,7 +209,7 @@ class Framework:
     step: float = 0.0
     synchronize: float = 0.0
     collective_base: float = 0.0
-    gradients: str = "overlapped"  # when the data-parallel gradient reduction runs (GRADIENT_REDUCTIONS)
+    gradients: str | None = None  # when the data-parallel gradient reduction runs (GRADIENT_REDUCTIONS); None: overlapped
     sharding: Sharding = IDEAL_SHARDING
     decode_attention: str = "filled"  # what decode attention reads of a preallocated cache
     dequant: Mapping[str, float] = field(default_factory=dict)  # stored type -> vector instructions a weight
@@ -236,8 +236,9 @@ class Framework:
                 "synchronizes": self.synchronizes,
                 "host": {"operator": self.operator, "layer": self.layer, "step": self.step,
                          "synchronize": self.synchronize},
-                "collective_base": self.collective_base, "gradients": self.gradients,
-                "unstated": list(self.unstated),
+                "collective_base": self.collective_base, "unstated": list(self.unstated),
+                # only a file that states when its gradients are reduced
+                **({"gradients": self.gradients} if self.gradients is not None else {}),
                 # only a file that states [sharding]: the ideal default is no figure of its own
                 **({"sharding": self.sharding.as_dict()} if self.sharding is not IDEAL_SHARDING else {}),
                 # only a file that states [kernels]: the plain kernels are no figure of their own
@@ -282,7 +283,7 @@ def load_framework_file(path: str | Path) -> Framework:
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
-                     gradients=coll.get("gradients", "overlapped"),
+                     gradients=coll.get("gradients"),
                      sharding=sharding, decode_attention=kernels.get("decode_attention", "filled"),
                      dequant={k[len("dequant_"):]: v for k, v in kernels.items() if k.startswith("dequant_")},
                      unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),

@@ -59,7 +59,7 @@ def cmd_show(args: Any) -> int:
         print(printable(f"  {key} = {fig.value} [{fig.status}] {source}"))
         if fig.derivation:
             print(printable(f"      derivation: {fig.derivation}"))
-    if f.id != "hand-written":
+    if f.gradients is not None:
         print(f"  collectives.gradients = {f.gradients}: the data-parallel gradient reduction "
               + ("runs after the backward, waited for" if f.gradients == "after-backward"
                  else "hides behind the last micro-batch's backward"))
