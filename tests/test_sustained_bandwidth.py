@@ -117,3 +117,45 @@ def test_the_memory_bandwidth_elasticity_is_that_of_the_memory() -> None:
     r = run_case(Case(machine="h200", **GEMV))
     assert r["bound"] == "memory.bandwidth"
     assert r["sensitivity"]["memory.bandwidth"] < -0.8
+
+
+# ---- the read/write mix (docs/timing.md, "Sustained bandwidth") ---------------------------
+
+
+def test_the_mix_of_reads_and_writes_sets_the_rate_between_the_measured_streams() -> None:
+    v100 = load_machine("v100-sxm2").memory
+    read, copy, store = v100.sustained_read, v100.sustained_copy, v100.sustained
+    assert (read, copy, store) == (pytest.approx(866e9), pytest.approx(802e9), pytest.approx(895e9))
+    assert v100.sustained_for(0.0) == pytest.approx(read)
+    assert v100.sustained_for(0.5) == pytest.approx(copy)
+    assert v100.sustained_for(1.0) == pytest.approx(store)
+    # 1/B linear in the written share: STREAM's triad (w = 1/3) lands within 1 % of gpu-benches' 814 GB/s
+    assert 1 / v100.sustained_for(1 / 3) == pytest.approx((1 / 3) / read + (2 / 3) / copy)
+    assert v100.sustained_for(1 / 3) == pytest.approx(814e9, rel=0.011)
+    # a profile that states only sustained is charged it at every mix; none at all: the peak
+    h200, h100 = load_machine("h200").memory, load_machine("h100-sxm").memory
+    assert all(h200.sustained_for(w) == pytest.approx(h200.sustained) for w in (0, 0.2, 0.5, 0.9, 1))
+    assert h100.sustained_for(0.3) == pytest.approx(h100.bandwidth)
+
+
+def test_a_read_only_product_on_the_a100_is_charged_its_read_stream_not_its_store_stream() -> None:
+    lifted = {"schedule.bytes_in_flight": "'1 GB'"}  # the Little's-law cap out of the way
+    read = _seconds("a100-sxm", lifted)
+    as_store = _seconds("a100-sxm", {**lifted, "memory.sustained_read": "'1.89 TB/s'",
+                                     "memory.sustained_copy": "'1.89 TB/s'"})
+    assert read / as_store == pytest.approx(1.89 / 1.73, rel=0.03)
+
+
+def test_the_mix_rates_are_sourced_never_above_the_peak_and_follow_a_what_if() -> None:
+    for m in all_machines():
+        for name in ("sustained_read", "sustained_copy"):
+            rate = getattr(m.memory, name)
+            if rate is not None:
+                assert rate <= m.memory.bandwidth, m.id
+                fig = m.provenance[f"memory.{name}"]
+                assert fig.source and fig.status and fig.derivation, m.id
+    with pytest.raises(InputError, match="memory.sustained_copy"):
+        load_machine("v100-sxm2", sets={"memory.sustained_copy": "'1 TB/s'"})
+    doubled = load_machine("a100-sxm", sets={"memory.bandwidth": "'4078 GB/s'"})
+    assert doubled.memory.sustained_read == pytest.approx(2 * 1.73e12)
+    assert doubled.memory.sustained_copy == pytest.approx(2 * 1.73e12)

@@ -140,7 +140,10 @@ def _era_balance(m: Machine, problems: Problems) -> None:
 def _plausible_figures(m: Machine) -> list[tuple[str, str, float | None]]:
     """(field, kind of figure, value in SI units) of each figure :data:`PLAUSIBLE` bounds, the clock first."""
     figures = [("clock", "clock", m.clock_hz), ("memory.bandwidth", "bandwidth", m.memory.bandwidth),
-               ("memory.sustained", "bandwidth", m.memory.sustained), ("memory.latency", "latency", m.memory.latency)]
+               ("memory.sustained", "bandwidth", m.memory.sustained),
+               ("memory.sustained_read", "bandwidth", m.memory.sustained_read),
+               ("memory.sustained_copy", "bandwidth", m.memory.sustained_copy),
+               ("memory.latency", "latency", m.memory.latency)]
     cycles = [(f"timing.{key}", "cycles", float(m.timing.params[key])) for key in CYCLE_FIGURES
               if isinstance(m.timing.params.get(key), int | float)]
     return figures + [(f"level[{lv.name}].{key}", key, getattr(lv, key)) for lv in m.levels

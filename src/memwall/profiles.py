@@ -284,6 +284,13 @@ MEMORY = Table("[memory]", (
     Field("sustained", "any", "the bandwidth a streaming kernel is measured to sustain (STREAM, BabelStream, "
           "gpu-benches), at most the peak; the timing uses it in place of the peak (docs/timing.md, 'Sustained "
           "bandwidth'); absent: the peak", parse=_byte_rate, unit="rate (`'3.89 TB/s'`)", figure="required"),
+    Field("sustained_read", "any", "the bandwidth a read-only streaming kernel is measured to sustain, at most "
+          "the peak: the rate of a kernel that only reads main memory (docs/timing.md, 'Sustained bandwidth'); "
+          "absent: sustained", parse=_byte_rate, unit="rate (`'1.73 TB/s'`)", figure="required"),
+    Field("sustained_copy", "any", "the bandwidth a streaming kernel that reads and writes equal bytes (STREAM's "
+          "copy or scale) is measured to sustain, at most the peak: DRAM turns its bus around between reads and "
+          "writes, so a mixed stream sustains less than either alone; absent: between sustained_read and "
+          "sustained", parse=_byte_rate, unit="rate (`'802 GB/s'`)", figure="required"),
     Field("energy", "any", "energy per byte moved between main memory and the last level (the DRAM's "
           "access and its I/O)", parse=energy_per_byte, unit=ENERGY_PER_BYTE, figure="required"),
     Field("note", "str", "free text"),
@@ -514,12 +521,30 @@ class MainMemory:
     bandwidth: float  # bytes per second, peak
     energy: float | None = None  # joules per byte moved to or from the last level
     sustained: float | None = None  # bytes per second a streaming kernel sustains; None: not published
+    sustained_read: float | None = None  # ... a read-only stream; None: sustained
+    sustained_copy: float | None = None  # ... equal bytes read and written; None: between read and sustained
 
     @property
     def sustained_bandwidth(self) -> float:
-        """The bandwidth the timing charges main memory at: the sourced sustained figure,
-        else the peak (docs/timing.md, "Sustained bandwidth")."""
+        """The bandwidth a streaming kernel sustains: the sourced sustained figure, else the
+        peak (docs/timing.md, "Sustained bandwidth")."""
         return self.bandwidth if self.sustained is None else self.sustained
+
+    def sustained_for(self, written: float) -> float:
+        """The bandwidth the timing charges main memory at for traffic of which the share
+        ``written`` (0..1) is written: 1/B is linear in that share between the read-only
+        stream (0), the copy stream (1/2) and the sustained figure (1); an unstated point
+        lies on the line between its neighbours, so a profile that states only
+        ``sustained`` is charged it whatever the mix (docs/timing.md, "Sustained
+        bandwidth")."""
+        full = self.sustained_bandwidth
+        if self.sustained_read is None and self.sustained_copy is None:
+            return full  # one rate at every mix, bit for bit
+        read = self.sustained_read or full
+        half = 2.0 / (1.0 / read + 1.0 / full) if self.sustained_copy is None else self.sustained_copy
+        w = min(1.0, max(0.0, written))
+        inverse = (1 - 2 * w) / read + 2 * w / half if w <= 0.5 else (2 - 2 * w) / half + (2 * w - 1) / full
+        return 1.0 / inverse
 
 
 @dataclass(frozen=True)
@@ -623,7 +648,7 @@ class Machine:
             "memory": {"capacity": self.memory.capacity, "latency": self.memory.latency,
                        "bandwidth": self.memory.bandwidth, "energy": self.memory.energy,
                        # only where stated, so a profile without it describes itself as before
-                       **({} if self.memory.sustained is None else {"sustained": self.memory.sustained})},
+                       **{k: getattr(self.memory, k) for k in SUSTAINED if getattr(self.memory, k) is not None}},
             "energy": None if self.energy is None else {
                 "tdp": self.energy.tdp, "static": self.energy.static, "host": self.energy.host,
                 "matrix": dict(self.energy.matrix), "vector": dict(self.energy.vector)},
@@ -907,7 +932,8 @@ WHAT_IF_SOURCE = "what_if"
 # unit keeps in flight, whose Little's-law cap was derived from a measured rate): a what-if
 # on memory.bandwidth moves each by new peak ÷ old peak unless the what-if sets it too
 # (docs/timing.md, "Sustained bandwidth"). --set paths.
-FOLLOW_BANDWIDTH = ("memory.sustained", "schedule.bytes_in_flight")
+FOLLOW_BANDWIDTH = ("memory.sustained", "memory.sustained_read", "memory.sustained_copy", "schedule.bytes_in_flight")
+SUSTAINED = ("sustained", "sustained_read", "sustained_copy")  # [memory]'s measured stream rates
 
 
 def _at(values: Any, dotted: str) -> Any:
@@ -967,8 +993,9 @@ def with_memory_bandwidth(machine: Machine, bandwidth: float, *, in_flight: bool
     from dataclasses import replace
 
     k = bandwidth / machine.memory.bandwidth
-    sustained = machine.memory.sustained
-    memory = replace(machine.memory, bandwidth=bandwidth, sustained=None if sustained is None else sustained * k)
+    rates = {name: getattr(machine.memory, name) for name in SUSTAINED}
+    memory = replace(machine.memory, bandwidth=bandwidth,
+                     **{name: None if rate is None else rate * k for name, rate in rates.items()})
     params = machine.schedule.params
     if in_flight and _number(params.get("bytes_in_flight")):
         params = {**params, "bytes_in_flight": params["bytes_in_flight"] * k}
@@ -1010,10 +1037,12 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     values = walk(data, PROFILE, problems, "", {"provenance": True})
     what_if = _what_if(before, values, sets, problems) if sets else None
     memory = values.get("memory", {})
-    if _number(memory.get("sustained")) and _number(memory.get("bandwidth")) \
-            and memory["sustained"] > memory["bandwidth"] * (1 + 1e-9):
-        problems.add(f"sustained bandwidth {memory['sustained']:.4g} B/s is above the peak "
-                     f"{memory['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's", "memory.sustained")
+    for name in SUSTAINED:
+        if _number(memory.get(name)) and _number(memory.get("bandwidth")) \
+                and memory[name] > memory["bandwidth"] * (1 + 1e-9):
+            problems.add(f"{name.replace('_', ' ')} bandwidth {memory[name]:.4g} B/s is above the peak "
+                         f"{memory['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's",
+                         f"memory.{name}")
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)

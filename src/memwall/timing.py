@@ -120,13 +120,19 @@ def traffic_from_counters(
                                    getattr(spec, "bandwidth_scope", "chip")))
         above_bytes = c.bytes_in + c.bytes_out
     mem = counters.memory
+    moved = mem.bytes_read + mem.bytes_written if specs else demand_bytes
+    if specs:
+        written = mem.bytes_written / moved if moved else 0.0
+    else:
+        written = 1.0 - (demand_read_bytes / demand_bytes if demand_read_bytes is not None and demand_bytes
+                         else demand_reads / max(1, demand_reads + demand_writes))
     levels.append(
         LevelTraffic(
             MEMORY,
-            mem.bytes_read + mem.bytes_written if specs else demand_bytes,
+            moved,
             mem.reads,
-            # the sustained rate a streaming kernel reaches, else the peak (docs/timing.md)
-            machine.memory.sustained_bandwidth,
+            # the rate a stream of this read/write mix sustains, else the peak (docs/timing.md)
+            machine.memory.sustained_for(written),
             machine.memory.latency,
         )
     )
@@ -1201,7 +1207,8 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
                                base=timing.framework.collective_base if timing.framework is not None else 0.0,
                                sharding=timing.framework.sharding if timing.framework is not None else None,
                                copy=_copy_figures(timing.machine), recompute_seconds=recompute,
-                               gradients=timing.framework.gradients if timing.framework is not None else "overlapped")
+                               gradients=(timing.framework.gradients if timing.framework is not None else None)
+                               or "overlapped")
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)
@@ -1213,7 +1220,7 @@ def _copy_figures(machine: Machine) -> tuple[float, float]:
     sustained memory bandwidth (each reads and writes its bytes)."""
     spec = machine.dispatch
     gap = spec.mode("eager").device_gap if spec is not None else 0.0
-    return gap, machine.memory.sustained_bandwidth if machine.memory is not None else 0.0
+    return gap, machine.memory.sustained_for(0.5) if machine.memory is not None else 0.0
 
 
 def time_pipeline(stages: Sequence[StageTimes], pp: int, micro_batches: int,

@@ -37,7 +37,7 @@ SCALE_ONLY = ("clock",)
 _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
     (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+"
      r"|timing\.(outer_product|multiply_add_cycles|vector_bytes)", COMPUTE),
-    (r"memory\.(bandwidth|sustained|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
+    (r"memory\.(bandwidth|sustained|sustained_read|sustained_copy|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
      r"|timing\.(mlp|memory_ports|load_ports|store_ports|bank_busy)", MEMORY),
     (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
     (r"timing\.(startup|strip_loop)", STARTUP),
