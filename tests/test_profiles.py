@@ -101,13 +101,13 @@ def test_a_profile_is_read_again_when_it_or_its_base_changes(tmp_path: Path) -> 
     child.write_text('base = "mybase.toml"\nid = "child"\nname = "a child"\n')
     first = profiles.load_machine(str(child))
     assert profiles.load_machine(str(child)) is first
-    base.write_text(base.read_text().replace('value = "3.35 TB/s"', 'value = "1.25 TB/s"'))
-    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(1.25e12) != first.memory.bandwidth
+    base.write_text(base.read_text().replace('value = "3.35 TB/s"', 'value = "4.25 TB/s"'))
+    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(4.25e12) != first.memory.bandwidth
     child.write_text(child.read_text() + 'notes = "edited"\n')
     assert profiles.load_machine(str(child)).notes == "edited"
     what_if = profiles.load_machine(str(child), sets={"memory.bandwidth": "2 TB/s"})
     assert what_if.memory.bandwidth == pytest.approx(2e12)
-    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(1.25e12)
+    assert profiles.load_machine(str(child)).memory.bandwidth == pytest.approx(4.25e12)
 
 
 def test_cycle_of_bases_is_refused() -> None:

@@ -31,10 +31,11 @@ def test_the_timing_charges_memory_at_the_sustained_rate_not_the_peak() -> None:
     # a profile stating none runs at its peak
     h100 = load_machine("h100-sxm")
     assert h100.memory.sustained is None and h100.memory.sustained_bandwidth == h100.memory.bandwidth
-    # halving the sustained rate alone (the cap lifted) doubles a streaming product's memory time
+    # halving the sustained rates alone (the cap lifted) doubles a streaming product's memory time
     lifted = {"schedule.bytes_in_flight": "'1 GB'"}
     full = _seconds("h200", lifted)
-    half = _seconds("h200", {**lifted, "memory.sustained": "'1.945 TB/s'"})
+    half = _seconds("h200", {**lifted, "memory.sustained": "'1.945 TB/s'", "memory.sustained_read": "'2.24 TB/s'",
+                             "memory.sustained_copy": "'2.005 TB/s'"})
     assert half / full == pytest.approx(2.0, rel=0.05)
 
 
@@ -87,7 +88,8 @@ def test_a_what_if_on_the_peak_moves_the_sustained_rate_and_the_cap_and_lists_th
     assert m.schedule.params["bytes_in_flight"] == pytest.approx(2 * base.schedule.params["bytes_in_flight"])
     assert "what-if" in (m.provenance["memory.sustained"].note or "")
     moved = m.what_if["moved"]
-    assert set(moved) == {"memory.bandwidth", "memory.sustained", "schedule.bytes_in_flight"}
+    assert set(moved) == {"memory.bandwidth", "memory.sustained", "memory.sustained_read", "memory.sustained_copy",
+                          "schedule.bytes_in_flight"}
     assert moved["memory.sustained"]["from"] == pytest.approx(base.memory.sustained)
     assert moved["memory.sustained"]["to"] == pytest.approx(2 * base.memory.sustained)
     assert moved["memory.bandwidth"]["by"] == "set"
@@ -96,9 +98,10 @@ def test_a_what_if_on_the_peak_moves_the_sustained_rate_and_the_cap_and_lists_th
     r = run_case(Case(machine="h200", **GEMV), machine=m)
     assert r["what_if"] == m.what_if
     assert "what_if" not in run_case(Case(machine="h200", **GEMV))
-    # the H100 states no sustained rate: its cap moves, and nothing else is listed
+    # the H100 states no sustained rate: its read and copy rates and its cap move, nothing else is listed
     h100 = load_machine("h100-sxm", sets={"memory.bandwidth": "'6.7 TB/s'"})
-    assert set(h100.what_if["moved"]) == {"memory.bandwidth", "schedule.bytes_in_flight"}
+    assert set(h100.what_if["moved"]) == {"memory.bandwidth", "memory.sustained_read", "memory.sustained_copy",
+                                          "schedule.bytes_in_flight"}
     assert h100.schedule.params["bytes_in_flight"] == pytest.approx(2 * 9.69e3)
 
 
@@ -108,7 +111,9 @@ def test_figures_the_what_if_sets_win_over_the_scaling() -> None:
     assert m.memory.sustained == pytest.approx(4e12)
     assert m.schedule.params["bytes_in_flight"] == pytest.approx(12e3)
     assert {k: v["by"] for k, v in m.what_if["moved"].items()} == {
-        "memory.bandwidth": "set", "memory.sustained": "set", "schedule.bytes_in_flight": "set"}
+        "memory.bandwidth": "set", "memory.sustained": "set", "schedule.bytes_in_flight": "set",
+        "memory.sustained_read": "memory.bandwidth x 2 (new peak / old peak)",
+        "memory.sustained_copy": "memory.bandwidth x 2 (new peak / old peak)"}
 
 
 def test_the_memory_bandwidth_elasticity_is_that_of_the_memory() -> None:
@@ -133,9 +138,11 @@ def test_the_mix_of_reads_and_writes_sets_the_rate_between_the_measured_streams(
     assert 1 / v100.sustained_for(1 / 3) == pytest.approx((1 / 3) / read + (2 / 3) / copy)
     assert v100.sustained_for(1 / 3) == pytest.approx(814e9, rel=0.011)
     # a profile that states only sustained is charged it at every mix; none at all: the peak
-    h200, h100 = load_machine("h200").memory, load_machine("h100-sxm").memory
-    assert all(h200.sustained_for(w) == pytest.approx(h200.sustained) for w in (0, 0.2, 0.5, 0.9, 1))
-    assert h100.sustained_for(0.3) == pytest.approx(h100.bandwidth)
+    mi250x, b200 = load_machine("mi250x").memory, load_machine("b200").memory
+    assert mi250x.sustained_read is None and mi250x.sustained_copy is None and mi250x.sustained is not None
+    assert all(mi250x.sustained_for(w) == pytest.approx(mi250x.sustained) for w in (0, 0.2, 0.5, 0.9, 1))
+    assert b200.sustained is None and b200.sustained_read is None and b200.sustained_copy is None
+    assert b200.sustained_for(0.3) == pytest.approx(b200.bandwidth)
 
 
 def test_a_read_only_product_on_the_a100_is_charged_its_read_stream_not_its_store_stream() -> None:
