@@ -185,3 +185,19 @@ def test_a_second_folder_copies_a_figure_drawn_from_the_same_data_and_redraws_a_
     entry.write_text(entry.read_text().replace('"files":{', '"files":{"x":"", ', 1))
     third = write_figures(tmp_path / "c", [], only=["balance_drift"], progress=False)["balance_drift"]
     assert drawn == [1] and third[0].read_bytes() == first[0].read_bytes()
+
+
+def test_figures_drawn_side_by_side_on_workers_are_the_files_one_process_draws(tmp_path, monkeypatch):
+    from memwall.study.draw import write_figures
+
+    monkeypatch.setenv("MEMWALL_CACHE", "off")  # every figure drawn, none copied
+    names = ["balance_drift", "energy_balance"]
+    alone = write_figures(tmp_path / "one", [], only=names, progress=False, jobs=1)
+    pooled = write_figures(tmp_path / "two", [], only=names, progress=False, jobs=2)
+    assert list(pooled) == names
+    for name in names:
+        assert [p.name for p in pooled[name]] == [f"{name}.png", f"{name}.svg"]
+        assert [p.read_bytes() for p in pooled[name]] == [p.read_bytes() for p in alone[name]]
+        for suffix in (".json", ".csv"):
+            assert (tmp_path / "two" / "figures" / (name + suffix)).read_bytes() == \
+                (tmp_path / "one" / "figures" / (name + suffix)).read_bytes()

@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         from ..study.draw import write_figures
 
         only = [n for n in NAMES if n != "validation"] if args.no_validation else None
-        figs = write_figures(result.out, result.rows, quick=args.quick, only=only, progress=not args.no_progress)
+        figs = write_figures(result.out, result.rows, quick=args.quick, only=only, progress=not args.no_progress,
+                             jobs=args.jobs)
         print(f"{len(figs)} figures (PNG and SVG) in {result.out / 'figures'}")
     if result.failed:
         for row in result.failed:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,8 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
                   only: Iterable[str] | None = None,
                   measurements: str | os.PathLike[str] | None = None,
                   gholami: Mapping[str, Any] | None = None, quick: bool = False,
-                  progress: bool = True, command: str = "memwall sweep") -> dict[str, list[Path]]:
+                  progress: bool = True, command: str = "memwall sweep",
+                  jobs: int | None = None) -> dict[str, list[Path]]:
     """Draw every figure (or those in ``only``) into ``out/figures``; returns name -> [PNG, SVG].
 
     Beside each PNG and SVG go ``name.csv`` (the figure's data, one table) and
@@ -153,7 +155,9 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     :data:`memwall.figures.OPT_IN` are drawn only when named in ``only``; ``gholami``
     holds keyword arguments of :func:`memwall.study.gholami.gholami_table`. ``quick`` (a
     quick sweep's) validates the one-device measurements only. Each figure is said on
-    stderr as it is drawn (``progress``; :class:`memwall.progress.Phase`).
+    stderr as it is drawn (``progress``; :class:`memwall.progress.Phase`). The figures to
+    draw are drawn on up to ``jobs`` worker processes (None: the cores), their files the
+    same as one process draws.
     """
     from ..execute.store import remove_stale_temps
     from ..progress import Phase
@@ -165,9 +169,21 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     written: dict[str, list[Path]] = {}
     drawn = [n for n in names if n in tables]
     with Phase(command, "drawing figures", len(drawn), unit="figure", enabled=progress) as phase:
-        for name in drawn:
+        to_render: list[_Figure] = []
+        for name in drawn:  # each figure's data here, in order (some run steps on the pool themselves)
             phase.note(name)
-            written[name] = _draw_one(name, out, folder, tables[name])
+            fig = _prepare(name, out, folder, tables[name])
+            if fig.drawn:
+                written[name] = _finish(fig)
+                phase.update()
+            else:
+                to_render.append(fig)
+        # Drawing is matplotlib's work, a second or two a figure, independent between figures:
+        # side by side on the worker processes where there are several to draw.
+        for fig, paths in zip(to_render, _render_all(to_render, jobs), strict=True):
+            phase.note(fig.name)
+            _keep_drawing(fig.digest, fig.name, paths)
+            written[fig.name] = _finish(fig)
             phase.update()
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
@@ -237,11 +253,25 @@ def _keep_drawing(digest: str, name: str, paths: Sequence[Path]) -> None:
         print(f"memwall: the drawing cache {store.root} cannot be written ({err})", file=sys.stderr)
 
 
-def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker) -> list[Path]:
-    """One figure drawn into ``folder`` with its data, unless its digest says it is there."""
+@dataclass
+class _Figure:
+    """One figure between its data and its files: what :func:`_prepare` found, for
+    :func:`_render_all` (when not ``drawn`` yet) and :func:`_finish`."""
+
+    name: str
+    folder: Path
+    inputs: Any
+    data: dict[str, Any]
+    digest: str
+    paths: list[Path]
+    drawn: bool  # its PNG and SVG are in place (this folder's, or the per-user cache's)
+    current: bool  # its data and digest are this folder's already: nothing to write
+
+
+def _prepare(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker) -> _Figure:
+    """A figure's data and digest; its files put in place where they need no drawing (its
+    digest unchanged in this folder, or the same drawing in the per-user cache)."""
     from ..canonical import dumps
-    from ..execute.store import atomic_write, write_csv
-    from ..figures._style import save
 
     inputs_of, data_of = maker
     stored = figure_data(out, name)
@@ -256,13 +286,46 @@ def _draw_one(name: str, out: str | os.PathLike[str], folder: Path, maker: Maker
                                    "data": data}).encode()).hexdigest()
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
     if stored and stored.get("digest") == digest and all(p.is_file() for p in paths):
-        return paths
-    if not _drawn_before(digest, paths):
-        paths = save(FIGURES[name].draw(data), folder, name)
-        _keep_drawing(digest, name, paths)
-    first = next(iter(data))
-    write_csv(folder / f"{name}.csv", data[first])
-    for extra in list(data)[1:]:
-        write_csv(folder / f"{name}-{extra}.csv", data[extra])
-    atomic_write(folder / f"{name}.json", dumps({"inputs": inputs, "digest": digest, "data": data}))
-    return paths
+        return _Figure(name, folder, inputs, data, digest, paths, drawn=True, current=True)
+    return _Figure(name, folder, inputs, data, digest, paths, drawn=_drawn_before(digest, paths), current=False)
+
+
+def _render(name: str, data: dict[str, Any], folder: Path) -> list[Path]:
+    """Draw figure ``name`` from ``data`` and write its PNG and SVG into ``folder`` (on a worker)."""
+    from ..figures._style import save
+
+    return save(FIGURES[name].draw(data), folder, name)
+
+
+def _render_one(job: tuple[str, dict[str, Any], Path]) -> list[Path]:
+    return _render(*job)
+
+
+def _render_all(figures: Sequence[_Figure], jobs: int | None) -> Iterable[list[Path]]:
+    """Each figure's files, drawn in order: on a pool of up to ``jobs`` processes (None: the
+    cores) where there are two figures or more to draw, else here."""
+    from ..execute.pool import default_jobs, map_cases
+
+    work = [(f.name, f.data, f.folder) for f in figures]
+    width = min(jobs or default_jobs(), len(work))
+    if width < 2:
+        return (_render(*job) for job in work)
+    for f in figures:
+        f.folder.mkdir(parents=True, exist_ok=True)
+    return map_cases(_render_one, work, width)
+
+
+def _finish(fig: _Figure) -> list[Path]:
+    """A drawn figure's CSVs and ``name.json`` (its tables, inputs and digest) beside its files."""
+    from ..canonical import dumps
+    from ..execute.store import atomic_write, write_csv
+
+    if fig.current:
+        return fig.paths
+    first = next(iter(fig.data))
+    write_csv(fig.folder / f"{fig.name}.csv", fig.data[first])
+    for extra in list(fig.data)[1:]:
+        write_csv(fig.folder / f"{fig.name}-{extra}.csv", fig.data[extra])
+    atomic_write(fig.folder / f"{fig.name}.json", dumps({"inputs": fig.inputs, "digest": fig.digest,
+                                                        "data": fig.data}))
+    return fig.paths
