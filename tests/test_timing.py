@@ -193,3 +193,17 @@ def test_unknown_model_and_overlap_are_input_errors():
     odd = make_machine("overlapped", params={"overlap": "min"})
     with pytest.raises(InputError, match="overlap must be 'sum' or 'max'"):
         run(odd, traffic([mem(8, 0, odd)]), flops=2)
+
+
+def test_a_kernel_is_labelled_by_the_resource_that_binds_it_not_by_the_larger_share():
+    """A skinny product on the V100: its memory term is 1.77x its arithmetic, but overlap
+    leaves an exposed stall smaller than the compute share; the label follows the terms, as
+    the step's verdict does (docs/timing.md, "A kernel's bound")."""
+    from memwall.simulation import Case, run_case
+
+    r = run_case(Case(machine="v100-sxm2", gemm=(4096, 16, 4096), dtype="fp16"))
+    (k,) = r["kernels"]
+    split = k["time_by_component"]
+    assert split["compute"] > split["memory"]  # the split alone would say compute
+    assert k["memory_ratio"] > 1
+    assert k["bound"] == "memory" and k["bound_class"] == "memory" == r["bound_class"]
