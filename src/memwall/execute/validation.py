@@ -84,6 +84,9 @@ def prefetch(cases: Sequence[Case], folder: str | Path, jobs: int | None = None,
     jobs = min(jobs or default_jobs(), len(todo))
     if jobs < 2:
         return seen
+    # Longest first: a multi-device prediction takes seconds where one device's takes a
+    # fraction of one, so the workers finish together instead of one waiting on the last.
+    todo.sort(key=lambda c: -c.parallel.devices)
     # Ctrl-C, a dead worker: the workers are killed, not waited for; finished predictions are kept
     for case, result in map_cases(_predict_one, todo, jobs):
         if result is not None:
