@@ -361,3 +361,28 @@ def test_the_batch_windows_turn_is_the_binding_rules_not_only_the_seeds():
             {"tokens": 2048, "bound_class": "compute"}]
     assert _turns(rows, 138.2) == "seed's turn ≈138 tokens; compute-bound from 2048 tokens"
     assert _turns(rows[:2], 138.2).endswith("not compute-bound by 512 tokens")
+
+
+def test_the_decode_figure_shades_each_predictions_interval_around_its_rate():
+    """Issue 26, item 6: a band where a prediction is plotted, the seconds' interval
+    inverted for a rate (docs/intervals.md)."""
+    from matplotlib.collections import PolyCollection
+
+    from memwall.figures import decode
+
+    def row(batch: int, low: float | None, high: float | None) -> dict:
+        seconds = 0.01 * (1 + batch / 64)
+        return {"status": "ok", "phase": "decode", "machine": "h100-sxm", "year": 2022, "network": "llama3-8b",
+                "context": 512, "batch": batch, "seconds": seconds, "tokens_per_second": batch / seconds,
+                "bound_class": "memory", "interval_low": low and seconds * low, "interval_high": high and seconds * high}
+
+    banded = decode.draw({"rows": [row(b, 0.8, 1.6) for b in (1, 8, 64)]})
+    (band,) = [c for c in banded.axes[0].collections if isinstance(c, PolyCollection)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    rates = [b / row(b, 1, 1)["seconds"] for b in (1, 8, 64)]
+    # the rate's band runs from rate / 1.6 (the slow end) to rate / 0.8 (the fast end)
+    assert min(ys) == pytest.approx(rates[0] / 1.6) and max(ys) == pytest.approx(rates[-1] / 0.8)
+    bare = decode.draw({"rows": [row(b, None, None) for b in (1, 8, 64)]})
+    assert not [c for c in bare.axes[0].collections if isinstance(c, PolyCollection)]
+    spec = decode.plotly({"rows": [row(b, 0.8, 1.6) for b in (1, 8, 64)]})
+    assert [t.get("fill") for t in spec["data"] if "interval" in t["name"]] == [None, "tonexty"]

@@ -20,6 +20,7 @@ from ._style import (
     empty_spec,
     fmt,
     hover,
+    interval_band,
     label,
     sources,
     spec,
@@ -32,7 +33,8 @@ TITLE = "The batch window: fraction of peak against batch"
 CAPTION = ("Fraction of peak against batch (in tokens) on modern machines; dotted lines mark "
            "T_min = β · b_w / (F/P), the turn the step's own bytes per parameter per micro-batch (b_w) predict. "
            "These cases run one micro-batch per optimizer step, unfused; dashed lines are the seed model's "
-           "estimate of the same steps (each operand moved once, no cache, no dispatch).")
+           "estimate of the same steps (each operand moved once, no cache, no dispatch); the shaded band is each "
+           "prediction's interval (docs/intervals.md).")
 TABLES = ("rows", "model", "wide")
 NEEDS = "mini-batch training at several batch sizes on modern machines"
 OPT_IN = False
@@ -55,8 +57,9 @@ def _machines(ax, sel: Sequence[Row], model: Sequence[Row], cmap) -> None:
         sub = sorted((r for r in sel if r["machine"] == m), key=lambda r: r["tokens"])
         colour = cmap(k % 10)
         turn = next((t["t_min"] for t in model if t["machine"] == m), 2 * sub[0]["balance"])
-        ax.plot([r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub], marker="o", ms=4,
-                color=colour, label=f"{label(sub[0])}: {_turns(sub, turn)}")
+        xs, ys = [r["tokens"] for r in sub], [r["fraction_of_peak"] for r in sub]
+        ax.plot(xs, ys, marker="o", ms=4, color=colour, label=f"{label(sub[0])}: {_turns(sub, turn)}")
+        interval_band(ax, xs, ys, sub, colour)  # the fraction of peak is a rate: the seconds' interval inverted
         seed = [(r["tokens"], r["seed_fraction_of_peak"]) for r in sub if r.get("seed_fraction_of_peak")]
         ax.plot([x for x, _ in seed], [y for _, y in seed], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.axvline(turn, color=colour, ls=":", lw=1)

@@ -14,10 +14,12 @@ from ._style import (
     _finish,
     _plt,
     axis,
+    band_traces,
     bound_label,
     custom,
     empty_spec,
     hover,
+    interval_band,
     label,
     sources,
     spec,
@@ -29,7 +31,8 @@ TITLE = "Decode: tokens per second against batch, at a short and a long context"
 CAPTION = ("A GQA transformer decoding one token a sequence against a KV cache of a short and a long "
            "context: tokens per second of all sequences against batch. Batching shares the weight reads, so "
            "tokens/s climbs until the cache, which grows with batch × context, takes over; a star marks a "
-           "compute-bound step, a cross a batch that does not fit beside the weights.")
+           "compute-bound step, a cross a batch that does not fit beside the weights; the shaded band is each "
+           "prediction's interval (docs/intervals.md).")
 TABLES = ("rows",)
 NEEDS = "decode cases at several batch sizes"
 OPT_IN = False
@@ -51,8 +54,9 @@ def _panel(ax, sel: Sequence[Row], ctx: int, machines: Sequence[str], cmap) -> N
         if not sub:
             continue
         colour = cmap(k % 10)
-        ax.plot([r["batch"] for r in sub], [r["tokens_per_second"] for r in sub], color=colour, marker="o", ms=3,
-                label=label(sub[0]))
+        xs, ys = [r["batch"] for r in sub], [r["tokens_per_second"] for r in sub]
+        ax.plot(xs, ys, color=colour, marker="o", ms=3, label=label(sub[0]))
+        interval_band(ax, xs, ys, sub, colour)
         for r in sub:
             if r["bound_class"] == "compute":
                 ax.plot(r["batch"], r["tokens_per_second"], "*", color=colour, ms=11)
@@ -98,6 +102,8 @@ def plotly(data: Row) -> dict[str, Any]:
             s = sorted((r for r in sel if r["machine"] == m and r["context"] == ctx), key=lambda r: r["batch"])
             if not s:
                 continue
+            traces += band_traces([r["batch"] for r in s], [r["tokens_per_second"] for r in s], s,
+                                  COLOURS[k % 10], f"{m}, context {ctx}")
             traces.append({
                 "type": "scatter", "mode": "lines+markers", "name": f"{m}, context {ctx}",
                 "x": [r["batch"] for r in s], "y": [r["tokens_per_second"] for r in s],
