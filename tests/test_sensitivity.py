@@ -129,3 +129,21 @@ def test_a_verdict_names_its_own_classs_figure_and_the_largest_single_one_beside
     assert f"({own}, elasticity" in r["verdict"]
     if figure_class(r["bound"]) != cls:
         assert f"the largest single figure is {r['bound']}" in r["verdict"]
+
+
+def test_a_figure_the_step_never_reads_is_zero_without_retiming_and_the_answer_is_exact(monkeypatch):
+    import memwall.simulation.sensitivity as sens
+    from memwall.simulation import Case
+
+    case = Case(machine="h100-sxm", network="gpt2-small", batch=2, seq_len=64, dtype="bf16")
+    found: dict[str, set[str]] = {}
+    real = sens.unread_figures
+    monkeypatch.setattr(sens, "unread_figures", lambda machine, retime: found.setdefault("u", real(machine, retime)))
+    skipped = run_case(case)["sensitivity"]
+    unread = found["u"]
+    assert "compute.fp64" in unread and "compute.int8" in unread  # a bf16 step reads neither
+    assert "compute.achievable.bf16" not in unread  # its products read it
+    monkeypatch.setattr(sens, "unread_figures", lambda machine, retime: set())
+    full = run_case(case)["sensitivity"]
+    assert skipped == full  # bit for bit: an unread figure's elasticity is exactly 0
+    assert all(full[p] == 0.0 for p in unread if p in full)

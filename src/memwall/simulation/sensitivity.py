@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -150,16 +150,62 @@ def _with(table: Mapping[str, Any], key: str, change: Callable[[Any], Any]) -> d
     return {**table, key: change(table[key])}
 
 
+class _Reads(Mapping[str, Any]):
+    """A machine's table of figures by key (its peaks, its issue costs) that records which
+    keys the timing reads; any walk over the whole table (iteration, its length) counts
+    as reading them all."""
+
+    def __init__(self, table: Mapping[str, Any]) -> None:
+        self._table = table
+        self.read: set[str] = set()
+        self.all = False
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return self._table[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.all = True
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        self.all = True
+        return len(self._table)
+
+
+# The tables of figures a step reads by key, and the --set prefix of their paths.
+_KEYED = (("peak_flops", "compute."), ("vector_flops", "compute.vector."),
+          ("achievable_flops", "compute.achievable."), ("issue_costs", "issue_costs."))
+
+
+def unread_figures(machine: Machine, retime: Retime) -> set[str]:
+    """The ``--set`` paths of the keyed figures (peaks, vector rates, product ceilings,
+    issue costs) that timing the step on ``machine`` never reads: retiming with one of
+    them moved runs the same code on the same numbers up to the same result, so its
+    elasticity is exactly 0 and needs no retiming (a bf16 step never reads the fp64 peak)."""
+    tables = {attr: _Reads(getattr(machine, attr)) for attr, _ in _KEYED}
+    retime(replace(machine, **tables))
+    return {prefix + key for attr, prefix in _KEYED if not tables[attr].all
+            for key in getattr(machine, attr) if key not in tables[attr].read}
+
+
 def sensitivity(machine: Machine, retime: Retime, dispatch: str | None = None,
                 links: bool = True) -> dict[str, float]:
     """Each timing figure's ``--set`` path -> d ln(seconds) / d ln(figure), from
     ``retime`` (the step's seconds on a machine) with the figure moved :data:`STEP` each
     way. Negative for a rate (more bandwidth, less time), positive for a latency or a
     cost, 0 for a figure the step never waits on; rounded to 4 places. ``dispatch`` and
-    ``links`` leave out figures the step cannot use (:func:`timing_figures`)."""
+    ``links`` leave out figures the step cannot use (:func:`timing_figures`); a keyed
+    figure the step never reads (:func:`unread_figures`) is 0 without retiming."""
     out: dict[str, float] = {}
     up, down = 1.0 + STEP, 1.0 / (1.0 + STEP)
-    for path in timing_figures(machine, dispatch, links):
+    paths = timing_figures(machine, dispatch, links)
+    unread = unread_figures(machine, retime) if sum(p.startswith(("compute.", "issue_costs.")) for p in paths) > 1 \
+        else set()
+    for path in paths:
+        if path in unread:
+            out[path] = 0.0
+            continue
         faster, slower = retime(scaled(machine, path, up)), retime(scaled(machine, path, down))
         e = math.log(faster / slower) / (2 * math.log(up)) if faster > 0 and slower > 0 else 0.0
         out[path] = round(e, 4) + 0.0  # + 0.0: no -0.0 in the JSON
