@@ -52,6 +52,9 @@ def _run(label: str, commands: list[list[str]], cwd: Path, env: dict[str, str],
     tail = f"; budget {budget:.0f} s x {factor:.2f} = {budget * factor:.0f} s: " \
            f"{'met' if wall <= budget * factor else 'missed'}" if budget else ""
     print(f"{label}: {wall:.1f} s at load {load:.2f}{tail}", flush=True)
+    for line in err.splitlines():  # each phase's own time, as the command said it
+        if ": done, " in line:
+            print(f"  {line.split(': ', 1)[1]}", flush=True)
     return wall, err
 
 
