@@ -219,6 +219,12 @@ class Framework:
     path: str = ""
 
     @property
+    def gradient_reduction(self) -> str:
+        """When its data-parallel gradient reduction runs (:data:`GRADIENT_REDUCTIONS`): the
+        file's ``[collectives] gradients``, else overlapped."""
+        return self.gradients or "overlapped"
+
+    @property
     def bare(self) -> bool:
         """True when it adds nothing around the kernels."""
         return not (self.operator or self.layer or self.step or self.synchronize or self.collective_base)

@@ -92,6 +92,14 @@ class KernelTraffic:
     strides: tuple[tuple[int, int], ...] = ()  # (stride in elements, elements) of strided vector loads
 
 
+def _read_bytes(demand_bytes: int, reads: int, writes: int, read_bytes: int | None) -> float:
+    """Bytes of the demand that are read: ``read_bytes`` where the lowering counted them,
+    else the demand split by access counts, D x R / (R + W)."""
+    if read_bytes is not None:
+        return read_bytes
+    return demand_bytes * reads // (reads + writes) if reads + writes else 0
+
+
 def traffic_from_counters(
     machine: Machine,
     counters: HierarchyCounters,
@@ -121,11 +129,9 @@ def traffic_from_counters(
         above_bytes = c.bytes_in + c.bytes_out
     mem = counters.memory
     moved = mem.bytes_read + mem.bytes_written if specs else demand_bytes
-    if specs:
-        written = mem.bytes_written / moved if moved else 0.0
-    else:
-        written = 1.0 - (demand_read_bytes / demand_bytes if demand_read_bytes is not None and demand_bytes
-                         else demand_reads / max(1, demand_reads + demand_writes))
+    written_bytes = mem.bytes_written if specs else moved - _read_bytes(moved, demand_reads, demand_writes,
+                                                                       demand_read_bytes)
+    written = written_bytes / moved if moved else 0.0
     levels.append(
         LevelTraffic(
             MEMORY,
@@ -468,10 +474,7 @@ def _port_time(machine: Machine, dtype: str, traffic: KernelTraffic, load_ports:
     and a wider one a register's width per instruction."""
     store_ports = float(machine.timing.params.get("store_ports", load_ports))
     demand = traffic.levels[0].bytes
-    accesses = traffic.demand_reads + traffic.demand_writes
-    read_bytes = traffic.demand_read_bytes
-    if read_bytes is None:
-        read_bytes = demand * traffic.demand_reads // accesses if accesses else 0
+    read_bytes = _read_bytes(demand, traffic.demand_reads, traffic.demand_writes, traffic.demand_read_bytes)
     width = _lanes(machine, dtype) * DTYPE_BYTES.get(dtype, 4)
     loads = max(traffic.demand_reads, read_bytes / width)
     stores = max(traffic.demand_writes, (demand - read_bytes) / width)
@@ -866,7 +869,8 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
     reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
     micro-batch's backward kernels; all of it where the framework reduces its gradients
-    after the backward (``gradients = 'after-backward'``, Megatron-LM's local DDP). ``compute`` (ZeRO-3's prefetched per-layer gathers):
+    after the backward (``gradients = 'after-backward'``, Megatron-LM's local DDP).
+    ``compute`` (ZeRO-3's prefetched per-layer gathers):
     exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
     micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last.
     ``attention`` / ``attention-backward`` (ring attention's blocks, a group of n): each of
@@ -1215,8 +1219,8 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
                                base=timing.framework.collective_base if timing.framework is not None else 0.0,
                                sharding=timing.framework.sharding if timing.framework is not None else None,
                                copy=_copy_figures(timing.machine), recompute_seconds=recompute,
-                               gradients=(timing.framework.gradients if timing.framework is not None else None)
-                               or "overlapped")
+                               gradients=timing.framework.gradient_reduction if timing.framework is not None
+                               else "overlapped")
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)

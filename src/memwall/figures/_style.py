@@ -195,29 +195,33 @@ def place_labels(ax, items: Sequence[tuple[Any, ...]], *, avoid: Sequence[tuple[
 # report's page with the embedded plotly.js.
 
 
-def interval_band(ax, xs: Sequence[float], values: Sequence[float], rows: Sequence[Row], colour: Any) -> bool:
-    """Shade the interval of each plotted prediction of a rate (docs/intervals.md): a row's
+def _band(xs: Sequence[float], values: Sequence[float], rows: Sequence[Row]) -> list[tuple[float, float, float]]:
+    """(x, low, high) of each plotted rate whose row has an interval: a row's
     ``interval_low`` and ``interval_high`` bound its ``seconds``, so the rate drawn at
-    ``value`` spans value x seconds / interval_high to value x seconds / interval_low.
-    Drawn where at least two points have one; returns whether it drew."""
+    ``value`` spans value x seconds / interval_high to value x seconds / interval_low
+    (docs/intervals.md); empty unless at least two points have one."""
     points = [(x, v * r["seconds"] / r["interval_high"], v * r["seconds"] / r["interval_low"])
               for x, v, r in zip(xs, values, rows, strict=True)
               if r.get("interval_low") and r.get("interval_high") and r.get("seconds")]
-    if len(points) < 2:
-        return False
-    ax.fill_between([p[0] for p in points], [p[1] for p in points], [p[2] for p in points], color=colour,
-                    alpha=0.15, lw=0, zorder=0)
-    return True
+    return points if len(points) >= 2 else []
+
+
+def interval_band(ax, xs: Sequence[float], values: Sequence[float], rows: Sequence[Row], colour: Any) -> bool:
+    """Shade the interval of each plotted prediction of a rate (:func:`_band`); returns
+    whether it drew."""
+    points = _band(xs, values, rows)
+    if points:
+        ax.fill_between([p[0] for p in points], [p[1] for p in points], [p[2] for p in points], color=colour,
+                        alpha=0.15, lw=0, zorder=0)
+    return bool(points)
 
 
 def band_traces(xs: Sequence[float], values: Sequence[float], rows: Sequence[Row], colour: str,
                 name: str) -> list[dict[str, Any]]:
     """:func:`interval_band` for the interactive report: the interval's high end and its low
-    end filled up to it, one legend entry hidden."""
-    points = [(x, v * r["seconds"] / r["interval_high"], v * r["seconds"] / r["interval_low"])
-              for x, v, r in zip(xs, values, rows, strict=True)
-              if r.get("interval_low") and r.get("interval_high") and r.get("seconds")]
-    if len(points) < 2:
+    end filled up to it, kept out of the legend."""
+    points = _band(xs, values, rows)
+    if not points:
         return []
     line = {"width": 0, "color": colour}
     return [{"type": "scatter", "mode": "lines", "x": [p[0] for p in points], "y": [p[2] for p in points],

@@ -37,7 +37,7 @@ SCALE_ONLY = ("clock",)
 _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
     (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+"
      r"|timing\.(outer_product|multiply_add_cycles|vector_bytes)", COMPUTE),
-    (r"memory\.(bandwidth|sustained|sustained_read|sustained_copy|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
+    (r"memory\.(bandwidth|sustained(_read|_copy)?|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
      r"|timing\.(mlp|memory_ports|load_ports|store_ports|bank_busy)", MEMORY),
     (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
     (r"timing\.(startup|strip_loop)", STARTUP),
@@ -200,8 +200,9 @@ def sensitivity(machine: Machine, retime: Retime, dispatch: str | None = None,
     out: dict[str, float] = {}
     up, down = 1.0 + STEP, 1.0 / (1.0 + STEP)
     paths = timing_figures(machine, dispatch, links)
-    unread = unread_figures(machine, retime) if sum(p.startswith(("compute.", "issue_costs.")) for p in paths) > 1 \
-        else set()
+    keyed = [p for p in paths if p.startswith(tuple(prefix for _, prefix in _KEYED))]
+    # one timing to find them, worth it where it can spare two retimes of each of several
+    unread = unread_figures(machine, retime) if len(keyed) > 1 else set()
     for path in paths:
         if path in unread:
             out[path] = 0.0
@@ -229,19 +230,14 @@ def binding(elasticities: Mapping[str, float], memory_ratio: float | None, fallb
     names the class when no figure moves the step (an empty step). ``framework_bound``: the
     device waits on a host stream that is mostly the framework's own work, which no machine
     figure's elasticity can name (the framework's figures are not the machine's)."""
-    if framework_bound:
-        shares = {}
-        for p, e in elasticities.items():
-            cls = figure_class(p)
-            if cls not in (None, "scale"):
-                shares[cls] = round(shares.get(cls, 0.0) + abs(e), 4)
-        return Binding(FRAMEWORK, FRAMEWORK, FRAMEWORK, shares, FRAMEWORK)
     classed = {p: abs(e) for p, e in elasticities.items() if figure_class(p) not in (None, "scale")}
     shares: dict[str, float] = {}
     for p, e in classed.items():
         cls = figure_class(p)
         assert cls is not None
         shares[cls] = shares.get(cls, 0.0) + e
+    if framework_bound:
+        return Binding(FRAMEWORK, FRAMEWORK, FRAMEWORK, {c: round(v, 4) for c, v in shares.items()}, FRAMEWORK)
     if not classed or max(classed.values()) == 0:
         return Binding(fallback, fallback, fallback, shares, fallback)
     bound = max(classed, key=lambda p: classed[p])  # the first such: the profile's order breaks a tie
