@@ -384,3 +384,24 @@ def test_no_shipped_profile_result_carries_a_shape_warning() -> None:
     for path in data_files("machines"):
         if path.stem != "TEMPLATE":
             assert structure_warnings(profiles.load_machine(path.stem)) == [], path.stem
+
+
+def test_a_work_in_flight_cap_below_a_measured_stream_is_warned_about() -> None:
+    """Little's law: units x bytes_in_flight / latency is the least in flight a measured rate
+    needs, so a cap below the part's own measured stream names the figure to fix (the H200's
+    one-load occupancy curve gave 11.02 kB a unit, holding reads at 3.88 of its measured 4.48 TB/s)."""
+    from dataclasses import replace
+
+    from memwall.plausibility import plausibility
+    from memwall.schema import Problems
+
+    h200 = profiles.load_machine("h200")
+    problems = Problems()
+    plausibility(h200, problems)
+    assert problems.warnings == []
+    capped = replace(h200, schedule=replace(h200.schedule, params={**h200.schedule.params, "bytes_in_flight": 11020}))
+    problems = Problems()
+    plausibility(capped, problems)
+    [warning] = problems.warnings
+    assert warning.field == "schedule.bytes_in_flight"
+    assert "below the 4.48e+12 B/s of memory.sustained_read" in warning.reason

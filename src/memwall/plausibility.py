@@ -39,6 +39,32 @@ def plausibility(m: Machine, problems: Problems) -> None:
             problems.add(f"{key} {value:g} (SI) is outside the plausible {lo:g} .. {hi:g}", where, warning=True)
     _era_balance(m, problems)
     _energy_within_rating(m, problems)
+    _in_flight_below_measured(m, problems)
+
+
+def _in_flight_below_measured(m: Machine, problems: Problems) -> None:
+    """A Little's-law cap (units x bytes_in_flight / memory latency) is the least work in
+    flight that a rate measured on the part needs: a cap below one of the part's own
+    measured streams contradicts that measurement (the figure was taken from a kernel that
+    keeps less in flight than the part can)."""
+    in_flight, units = m.schedule.params.get("bytes_in_flight"), m.schedule.params.get("units")
+    if not (_positive(in_flight) and _positive(units) and m.memory.latency > 0):
+        return
+    cap = units * in_flight / m.memory.latency
+    measured = {f"memory.{k}": v for k in ("sustained", "sustained_read", "sustained_copy")
+                if (v := getattr(m.memory, k)) is not None}
+    if not measured:
+        return
+    where = max(measured, key=measured.__getitem__)
+    if cap < measured[where] * (1 - 1e-3):
+        problems.add(f"{units:g} units x bytes_in_flight {in_flight:g} B / memory.latency {m.memory.latency:.3g} s "
+                     f"caps main memory at {cap:.4g} B/s, below the {measured[where]:.4g} B/s of {where}: a unit keeps "
+                     f"at least {measured[where] * m.memory.latency / units:.4g} B in flight to sustain it",
+                     "schedule.bytes_in_flight", warning=True)
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x > 0
 
 
 def _energy_within_rating(m: Machine, problems: Problems) -> None:
