@@ -106,6 +106,20 @@ def test_a_phase_off_a_terminal_says_its_start_its_progress_and_its_end():
     assert lines[-1].startswith("memwall x: doing things: done, 4 things in")
 
 
+def test_time_left_follows_the_work_done_where_the_items_are_weighed():
+    """The validation's first predictions are its longest: told by items, 1 of 10 done in 60 s
+    would leave 9 minutes; told by work, 8 of its 10 units done leaves 15 s."""
+    p = Phase("memwall x", "predicting", 10, unit="prediction", stream=io.StringIO(), terminal=False,
+              note_seconds=3600)
+    p.start -= 60.0
+    p.update(1)
+    assert "about 9:00 left" in p.status()
+    p.weigh(10.0)
+    p.update(0, work=8.0)
+    assert "about 15 s left" in p.status()
+    p.close()
+
+
 def test_no_phase_says_anything_when_disabled():
     out = io.StringIO()
     with Phase("memwall x", "doing", 2, stream=out, enabled=False) as p:
@@ -201,3 +215,30 @@ def test_figures_drawn_side_by_side_on_workers_are_the_files_one_process_draws(t
         for suffix in (".json", ".csv"):
             assert (tmp_path / "two" / "figures" / (name + suffix)).read_bytes() == \
                 (tmp_path / "one" / "figures" / (name + suffix)).read_bytes()
+
+
+def test_cases_that_replay_the_same_steps_are_predicted_together_each_as_alone(tmp_path):
+    """The validation hands a worker the cases whose devices replay the same steps (other dp
+    or ZeRO; a machine that replays alike), so their replays are made once; each stored
+    prediction is still the one the case makes alone, bit for bit, and none is left over
+    for the parent to predict again."""
+    from memwall.execute.store import Store
+    from memwall.simulation import Case, run_case
+    from memwall.simulation.row import case_key
+
+    small = {"network": "gpt2-small", "batch": 1, "seq_len": 128, "optimizer": "adam"}
+    shard = [Case("h100-sxm", **small, dp=2, tp=2, pp=2, accumulate=4),
+             Case("h100-sxm", **small, dp=4, tp=2, pp=2, accumulate=4, zero=1),
+             Case("h200", **small, dp=2, tp=2, pp=2, accumulate=4)]
+    alike = [Case("h100-sxm", "gpt2-small", 2), Case("h200", "gpt2-small", 2)]
+    alone = [Case("v100-sxm2", "gpt2-small", 2), Case("h100-sxm", **small, dp=2, tp=2, pp=1)]
+    groups = ev.replay_groups(shard + alike + alone)
+    assert set(map(frozenset, groups)) == {frozenset(shard), frozenset(alike), frozenset(alone[:1]), frozenset(alone[1:])}
+    assert groups[0] == tuple(shard)  # longest first: the pipeline's three stage kinds
+
+    assert ev.prefetch(shard + alike + alone, tmp_path, jobs=2) == set(shard + alike + alone)
+    store = Store(tmp_path, content="result")
+    for case in shard + alike + alone:
+        fresh = dict(run_case(case))
+        fresh.pop("kernels")
+        assert store.get(case_key(case))["result"] == json.loads(json.dumps(fresh)), case

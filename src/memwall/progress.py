@@ -44,6 +44,7 @@ class Phase:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.done = self.initial = initial  # ``initial`` items were done before (stored): no rate from them
+        self.work = self.work_done = 0.0  # see weigh()
         self.postfix = ""
         self.start = time.monotonic()
         self._lock = threading.Lock()
@@ -92,16 +93,36 @@ class Phase:
         elapsed = time.monotonic() - self.start
         note = f", {self.postfix}" if self.postfix else ""
         if self.total:
-            here = self.done - self.initial
-            left = elapsed / here * (self.total - self.done) if here > 0 else None
+            left = self._left(elapsed)
             return (f"{self.what}: {self.done} of {_count(self.total, self.unit)} ({self.done / self.total:.0%}), "
                     f"{_clock(elapsed)}" + (f", about {_clock(left)} left" if left is not None else "") + note)
         return f"{self.what}: {_count(self.done, self.unit)}, {_clock(elapsed)}{note}"
 
-    def update(self, n: int = 1) -> None:
+    def _left(self, elapsed: float) -> float | None:
+        """Seconds left at the rate so far: of the work (:meth:`weigh`) where it is weighed,
+        else of the items."""
+        if self.work:
+            return elapsed / self.work_done * max(0.0, self.work - self.work_done) if self.work_done > 0 else None
+        here = self.done - self.initial
+        return elapsed / here * (self.total - self.done) if here > 0 and self.total else None
+
+    def weigh(self, work: float) -> None:
+        """The work the items to come take in all, in any unit (each :meth:`update` says its
+        share): time left is then told from the work done, not the items, so items of very
+        unequal cost (a validation's multi-device predictions, run first) do not make the
+        first estimates several times too long."""
+        self.work, self.work_done = work, 0.0
+        if self._bar is not None:  # tqdm's own estimate counts items: ours goes beside the count
+            self._bar.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+    def update(self, n: int = 1, work: float = 0.0) -> None:
         with self._lock:
             self.done += n
+            self.work_done += work
         if self._bar is not None:
+            if self.work:
+                left = self._left(time.monotonic() - self.start)
+                self._bar.set_postfix_str(f"about {_clock(left)} left" if left is not None else "", refresh=False)
             self._bar.update(n)
 
     def set_total(self, total: int) -> None:
