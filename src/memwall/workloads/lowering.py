@@ -60,6 +60,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from ..errors import InputError
@@ -189,10 +190,17 @@ def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mappin
     one whose busiest unit computes the fewest multiply-adds, waves x tm x tn x k_slice
     (tile and wave quantization: what the library's heuristic aims at), ties to the
     larger tile (fewer operand loads per multiply-add), then to the earlier listed."""
+    return _best_tiling(tuple(dims), batch, int(p["units"]), int(p["tile_k"]), tuple(tile_shapes(p, dtype)))
+
+
+# A step's products are timed on its machine and on every machine its sensitivity moves a
+# figure of (about 40), with the same shapes and schedule: the choice is made once.
+@lru_cache(maxsize=4096)
+def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
+                 shapes: tuple[tuple[int, int], ...]) -> Tiling:
     m, n, k = dims
-    units, tk = int(p["units"]), int(p["tile_k"])
     best: tuple[tuple[int, int], Tiling] | None = None
-    for tm, tn in tile_shapes(p, dtype):
+    for tm, tn in shapes:
         out = batch * -(-m // tm) * -(-n // tn)
         splits = min(-(-k // tk), max(1, units // out)) if out < units else 1
         tiles = out * splits
