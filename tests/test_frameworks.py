@@ -242,6 +242,34 @@ def test_megatron_2021_waits_for_its_gradients_and_megatron_core_hides_them():
     assert old["seconds"] > new["seconds"]
 
 
+def test_updated_weights_gathered_behind_the_next_forward_hide_all_but_what_outlasts_it():
+    """ZeRO 1-2's all-gather of the updated weights: waited for whole after the update by
+    default; Megatron-Core's overlap_param_gather issues it in buckets that the next step's
+    first forward (t_micro - T_bwd) hides, as far as it lasts."""
+    from memwall.interconnect import Group, collective
+    from memwall.profiles import load_machine
+    from memwall.workloads.parallel import Comm
+
+    ic = load_machine("a100-sxm").interconnect
+    weights = 100 * 2**20  # 4 buckets of 25 MiB
+    comms = [Comm("gather", "all-gather", 32, 1, weights, 1, "step", "after")]
+    whole = collective(ic, "all-gather", Group(32, 1), weights)
+    bucket = collective(ic, "all-gather", Group(32, 1), 25 * 2**20) + 8e-6
+    waited = time_communication(ic, comms, micro_batches=4, micro_seconds=1.0, backward_seconds=0.6, base=8e-6)[0]
+    assert waited.exposed == waited.seconds == pytest.approx(whole + 8e-6)  # one call, nothing hides it
+    for forward in (1e-6, 0.4, 10.0):  # shorter than one bucket, than the gather, longer than it
+        behind = time_communication(ic, comms, micro_batches=4, micro_seconds=0.6 + forward, backward_seconds=0.6,
+                                    base=8e-6, weights="overlapped")[0]
+        assert behind.seconds == pytest.approx(whole + 4 * 8e-6)
+        assert behind.exposed == pytest.approx(max(bucket, behind.seconds - forward))
+    assert load_framework("megatron-core").weight_gather == "overlapped"
+    assert load_framework("deepspeed").weight_gather == "after-update"  # unstated
+    case = dict(machine="a100-sxm", network="gpt2-small", batch=1, seq_len=256, accumulate=2, dp=8, zero=1)
+    exposed = {f: next(c["exposed"] for c in run_case(Case(**case, framework=f))["communication"]
+                       if "updated weights" in c["name"]) for f in ("megatron", "megatron-core")}
+    assert exposed["megatron-core"] < exposed["megatron"]
+
+
 def test_a_measurement_may_name_its_framework_and_timing(tmp_path):
     from memwall.study.measurements import load_measurement_file
     from memwall.study.validation import case_for
@@ -305,6 +333,7 @@ def test_a_framework_whose_kernels_shape_the_step_never_shares_another_framework
     ("deepspeed", "prefetch_bucket = { value = 50000000", 'prefetch_bucket = { value = "many"',
      "sharding.prefetch_bucket"),
     ("megatron", 'gradients = "after-backward"', 'gradients = "sometimes"', "collectives.gradients"),
+    ("megatron-core", 'weights = "overlapped"', 'weights = "early"', "collectives.weights"),
 ])
 def test_a_bad_figure_or_policy_is_one_error_naming_the_field(tmp_path, framework, old, new, field):
     from memwall.data import era_data_dir

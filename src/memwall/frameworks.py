@@ -36,6 +36,8 @@ HAND_WRITTEN = "hand-written"  # no file: the kernels alone
 HOST_FIGURES = ("operator", "layer", "step", "synchronize")
 # When the data-parallel gradient reduction runs ([collectives] gradients): memwall.timing.time_communication
 GRADIENT_REDUCTIONS = ("overlapped", "after-backward")
+# When the distributed optimizer's updated weights are all-gathered ([collectives] weights)
+WEIGHT_GATHERS = ("after-update", "overlapped")
 
 
 def _time(value: Any, context: dict[str, Any]) -> float:
@@ -66,6 +68,11 @@ COLLECTIVES = Table("[collectives]", (
           "backward has finished, the device waiting for it, as Megatron-LM's local DDP of 2020-22 does); "
           "unstated: overlapped; say where it was read in the note", choices=GRADIENT_REDUCTIONS,
           noun="gradient reduction"),
+    Field("weights", "word", "when ZeRO 1-2's updated weights are all-gathered: `after-update` (once the "
+          "update is done, the device waiting for it before the next step, as DeepSpeed's ZeRO-1/2 optimizer "
+          "step does) or `overlapped` (in buckets behind the next step's first forward, each bucket's layers "
+          "waiting for their own gather, as Megatron-Core's overlap_param_gather does); unstated: "
+          "after-update; say where it was read in the note", choices=WEIGHT_GATHERS, noun="weight gather"),
     Field("note", "str", "free text"),
 ), doc="The alpha of each collective call, and when the gradient reduction runs: the links' per-hop "
        "latencies and bandwidths are the machine's.")
@@ -210,6 +217,7 @@ class Framework:
     synchronize: float = 0.0
     collective_base: float = 0.0
     gradients: str | None = None  # when the data-parallel gradient reduction runs (GRADIENT_REDUCTIONS); None: overlapped
+    weights: str | None = None  # when ZeRO 1-2's updated weights are gathered (WEIGHT_GATHERS); None: after-update
     sharding: Sharding = IDEAL_SHARDING
     decode_attention: str = "filled"  # what decode attention reads of a preallocated cache
     dequant: Mapping[str, float] = field(default_factory=dict)  # stored type -> vector instructions a weight
@@ -223,6 +231,12 @@ class Framework:
         """When its data-parallel gradient reduction runs (:data:`GRADIENT_REDUCTIONS`): the
         file's ``[collectives] gradients``, else overlapped."""
         return self.gradients or "overlapped"
+
+    @property
+    def weight_gather(self) -> str:
+        """When ZeRO 1-2's updated weights are all-gathered (:data:`WEIGHT_GATHERS`): the
+        file's ``[collectives] weights``, else after the update."""
+        return self.weights or "after-update"
 
     @property
     def bare(self) -> bool:
@@ -245,6 +259,7 @@ class Framework:
                 "collective_base": self.collective_base, "unstated": list(self.unstated),
                 # only a file that states when its gradients are reduced
                 **({"gradients": self.gradients} if self.gradients is not None else {}),
+                **({"weights": self.weights} if self.weights is not None else {}),
                 # only a file that states [sharding]: the ideal default is no figure of its own
                 **({"sharding": self.sharding.as_dict()} if self.sharding is not IDEAL_SHARDING else {}),
                 # only a file that states [kernels]: the plain kernels are no figure of their own
@@ -289,7 +304,7 @@ def load_framework_file(path: str | Path) -> Framework:
                      synchronizes=ident["synchronizes"],
                      operator=host.get("operator", 0.0), layer=host.get("layer", 0.0), step=host.get("step", 0.0),
                      synchronize=host.get("synchronize", 0.0), collective_base=coll.get("base", 0.0),
-                     gradients=coll.get("gradients"),
+                     gradients=coll.get("gradients"), weights=coll.get("weights"),
                      sharding=sharding, decode_attention=kernels.get("decode_attention", "filled"),
                      dequant={k[len("dequant_"):]: v for k, v in kernels.items() if k.startswith("dequant_")},
                      unstated=unstated, provenance=dict(problems.provenance), sources=dict(sources),

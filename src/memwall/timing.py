@@ -863,13 +863,18 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
                        backward_seconds: float,
                        attention_seconds: Mapping[str, float] | None = None, base: float = 0.0,
                        sharding: Any = None, copy: tuple[float, float] = (0.0, 0.0),
-                       recompute_seconds: float = 0.0, gradients: str = "overlapped") -> list[CommTiming]:
+                       recompute_seconds: float = 0.0, gradients: str = "overlapped",
+                       weights: str = "after-update") -> list[CommTiming]:
     """Time each :class:`~memwall.workloads.parallel.Comm` of one device's optimizer step.
 
     ``critical`` and ``after``: exposed = all of it. ``backward`` (bucketed gradient
     reduction): exposed = max(t(bucket), T - T_backward) with T_backward the last
     micro-batch's backward kernels; all of it where the framework reduces its gradients
     after the backward (``gradients = 'after-backward'``, Megatron-LM's local DDP).
+    ``after`` (ZeRO 1-2's updated weights all-gather) where the framework gathers them
+    behind the next step's forward (``weights = 'overlapped'``, Megatron-Core's
+    overlap_param_gather): exposed = max(t(bucket), T - T_forward), T_forward the first
+    micro-batch's forward kernels (T_micro - T_backward), mirroring the gradients' buckets.
     ``compute`` (ZeRO-3's prefetched per-layer gathers):
     exposed = m (t_one + max(0, (c - 1) t_one - T_micro)), the first gather of each
     micro-batch waited for, the other c - 1 hidden behind its kernels as far as they last.
@@ -898,17 +903,19 @@ def time_communication(ic: Any, comms: Sequence[Any], *, micro_batches: int, mic
             out.append(sharded[id(c)])
             continue
         group = Group(c.size, c.stride)
-        # buckets only where they are issued during the backward; after it, one call on the flat buffer
-        bucketed = c.overlap == "backward" and gradients != "after-backward"
+        # buckets only where they are issued behind kernels; after them, one call on the flat buffer
+        gathered_behind = c.overlap == "after" and c.kind == "all-gather" and weights == "overlapped"
+        bucketed = (c.overlap == "backward" and gradients != "after-backward") or gathered_behind
         calls = -(-c.bytes // BUCKET_BYTES) if bucketed else 1
         one = collective(ic, c.kind, group, c.bytes) + calls * base if c.bytes and c.count else 0.0
         n = c.count * (micro_batches if c.per == "micro" else 1)
         total = one * n
         if c.overlap == "backward" and gradients == "after-backward":
             exposed = total  # one reduction of the whole buffer once the backward is done: nothing hides it
-        elif c.overlap == "backward" and total > 0:
+        elif (c.overlap == "backward" or gathered_behind) and total > 0:
             bucket = collective(ic, c.kind, group, min(c.bytes, BUCKET_BYTES)) + base
-            exposed = max(bucket, total - backward_seconds)
+            behind = micro_seconds - backward_seconds if gathered_behind else backward_seconds
+            exposed = max(bucket, total - behind)
         elif c.overlap == "compute":
             # prefetched: all but the first gather of a micro-batch can hide behind its kernels
             exposed = micro_batches * (one + max(0.0, one * (c.count - 1) - micro_seconds))
@@ -1220,7 +1227,9 @@ def time_stage(ic: Any, timing: StepTiming, comms: Sequence[Any], micro_batches:
                                sharding=timing.framework.sharding if timing.framework is not None else None,
                                copy=_copy_figures(timing.machine), recompute_seconds=recompute,
                                gradients=timing.framework.gradient_reduction if timing.framework is not None
-                               else "overlapped")
+                               else "overlapped",
+                               weights=timing.framework.weight_gather if timing.framework is not None
+                               else "after-update")
     per_micro = sum(c.exposed for c in timed if c.per == "micro")
     per_step = sum(c.exposed for c in timed if c.per == "step")
     return StageTimes(timing, timed, micro + per_micro / micro_batches, update, per_step)

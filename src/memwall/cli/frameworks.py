@@ -63,6 +63,10 @@ def cmd_show(args: Any) -> int:
         print(f"  collectives.gradients = {f.gradients}: the data-parallel gradient reduction "
               + ("runs after the backward, waited for" if f.gradients == "after-backward"
                  else "hides behind the last micro-batch's backward"))
+    if f.weights is not None:
+        print(f"  collectives.weights = {f.weights}: ZeRO 1-2's updated weights all-gather "
+              + ("hides behind the next step's first forward, in buckets" if f.weights == "overlapped"
+                 else "runs after the update, waited for"))
     if f.unstated:
         print(printable(f"  unstated (counted as 0): {', '.join(f.unstated)}"))
     return 0
