@@ -16,11 +16,13 @@ full checkpointing), in one process, one case after another:
 - shapes: the opt-in approximation (run_parallel(..., reuse_shapes=True)) cold, and its
   error: predicted seconds / exact - 1.
 
-Times are this process's CPU seconds (time.process_time: the engine replays on the calling
-thread), which a shared machine's load moves far less than wall time; the cold run's wall
-time is printed beside them, and the load (1-minute average) at the start and the end.
+Times are this process's CPU seconds (time.process_time, every thread's), which a shared
+machine's load moves far less than wall time; the cold run's wall time is printed beside
+them (its stage kinds replayed side by side on a thread a core, replay.replay_threads), and
+with --one-thread the cold run's wall time with them one after another (the result must be
+the same), and the load (1-minute average) at the start and the end.
 
-    python benchmarks/bench_multidevice.py [--only SUBSTRING] [--no-shapes] [--repeat 2]
+    python benchmarks/bench_multidevice.py [--only SUBSTRING] [--no-shapes] [--repeat 2] [--one-thread]
 """
 
 from __future__ import annotations
@@ -80,17 +82,29 @@ def main() -> None:
     parser.add_argument("--only", help="cases whose label contains this")
     parser.add_argument("--no-shapes", action="store_true", help="leave out the reuse_shapes approximation")
     parser.add_argument("--repeat", type=int, default=2, help="timing before/after: best of this many each")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="also the cold case with its stage kinds replayed one after another (its wall time)")
     args = parser.parse_args()
     todo = [c for c in cases() if not args.only or args.only in label(c)]
     print(f"load at start {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {len(todo)} cases")
-    print(f"{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
+    print(("" if not args.one_thread else f"{'1-thread wall s':>15} ") + f"{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
           f"{'shapes s':>8} {'ratio':>6} {'error':>8}  case")
     worst = 0.0
     totals = [0.0, 0.0, 0.0, 0.0]
-    over = []
+    over, over_wall = [], []
     for c in todo:
         wall: list[float] = []
+        one = ""
+        if args.one_thread:
+            R.REPLAY_THREADS = 1
+            try:
+                _, j1 = _timed(c, cold=True, wall=wall)
+            finally:
+                R.REPLAY_THREADS = None
+            one = f"{wall.pop():15.2f} "
         tc, jc = _timed(c, cold=True, wall=wall)
+        if args.one_thread:
+            assert json.dumps(j1, sort_keys=True) == json.dumps(jc, sort_keys=True), "threads changed a result"
         tb = ta = float("inf")
         equal = True
         for _ in range(args.repeat):
@@ -104,7 +118,9 @@ def main() -> None:
             totals[i] += t
         if tc > (5.0 if c is GPT3 else 2.0):
             over.append(label(c))
-        line = f"{wall[0]:6.2f} {tc:7.2f} {tb:15.2f} {ta:7.2f} {tb / ta:5.2f}x {'yes' if equal else 'NO':>5}"
+        if wall[0] > (5.0 if c is GPT3 else 2.0):
+            over_wall.append(label(c))
+        line = f"{one}{wall[0]:6.2f} {tc:7.2f} {tb:15.2f} {ta:7.2f} {tb / ta:5.2f}x {'yes' if equal else 'NO':>5}"
         if not args.no_shapes:
             ts, js = _timed(c, shapes=True, cold=True)
             err = js["seconds"] / jc["seconds"] - 1
@@ -116,7 +132,8 @@ def main() -> None:
           f"({totals[1] / totals[2]:.2f}x)" + ("" if args.no_shapes else
                                                f"; reuse_shapes cold {totals[3]:.1f} s ({totals[0] / totals[3]:.2f}x), "
                                                f"worst error {worst:.3%}"))
-    print(f"over target (2 s a case, 5 s GPT-3 on 1,024): {len(over)} of {len(todo)}")
+    print(f"over target (2 s a case, 5 s GPT-3 on 1,024): {len(over)} of {len(todo)} in CPU seconds, "
+          f"{len(over_wall)} in wall seconds (stage kinds side by side on {R.replay_threads()} threads)")
     print(f"load at end {os.getloadavg()[0]:.2f}")
 
 

@@ -51,6 +51,44 @@ def test_shared_stage_timings_and_demand_equal_timing_every_machine_afresh_bit_f
     assert any(p.startswith("interconnect.") for p in reused["sensitivity"])  # link figures were among the retimes
 
 
+def test_stage_kinds_replayed_side_by_side_equal_one_after_another_bit_for_bit(monkeypatch):
+    """A multi-device case in a process of its own replays its stage kinds on threads (the
+    engine runs without the GIL, each stage on its own caches): the same result, bit for
+    bit, as one stage after another, and its progress counts up to the whole replay."""
+    results, said = {}, {}
+    for threads in (1, 3):
+        monkeypatch.setattr(replay, "REPLAY_THREADS", threads)
+        replay._REPLAYED.clear()
+        said[threads] = ticks = []
+        results[threads] = _json(run_case(CASE, progress=lambda done, total, out=ticks: out.append((done, total))))
+    assert results[3] == results[1]
+    for ticks in said.values():
+        assert [d for d, _ in ticks] == sorted(d for d, _ in ticks)  # never backwards
+        assert ticks[-1][0] == ticks[-1][1] and len({t for _, t in ticks}) == 1
+    assert said[3][-1] == said[1][-1]
+
+
+def test_an_interrupted_side_by_side_replay_stops_every_stage_and_keeps_none(monkeypatch):
+    monkeypatch.setattr(replay, "REPLAY_THREADS", 3)
+    replay._REPLAYED.clear()
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_case(CASE, progress=interrupt)
+    assert not replay._REPLAYED  # no stage half replayed is kept for a later case
+
+
+def test_a_worker_process_replays_its_stages_one_after_another(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    assert replay.replay_threads() == 1  # its pool's other workers keep the cores busy
+    monkeypatch.setattr(replay, "REPLAY_THREADS", 4)
+    assert replay.replay_threads() == 4
+
+
 def test_the_demand_kept_is_the_demand_counted():
     machine = load_machine("a100-sxm")
     net = case_network(CASE)

@@ -19,7 +19,7 @@ from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
 from .plan import check_cost, plan_replay
-from .replay import _ticker, replay_by_shape, replay_once
+from .replay import _ticker, replay_by_shape, replay_plans
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
 from .timed import accumulated, dtype_fallback, simulate_step, stack_of
@@ -68,15 +68,11 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     total = sum(p.lookups for p in plans)
     check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
     share = 1.0 / par.replicas if par.zero >= 1 and config.training else 1.0
-    counters = []
-    done = 0
     reused = 0
     if reuse_shapes:  # never kept for replay_once: an approximate count must not answer an exact case
         counters, reused = replay_by_shape(machine, plans, _ticker(progress, total))
     else:
-        for plan in plans:
-            counters.append(replay_once(machine, plan, _ticker(progress, total, done)))
-            done += plan.lookups
+        counters = replay_plans(machine, plans, progress)
 
     # What a device communicates depends on the shard and the degrees, never on the machine:
     # worked out once, not once for each machine the sensitivity times the stages on.

@@ -4,9 +4,10 @@ Owns: :func:`replay_step` (the counters each kernel adds on the plan's last pass
 counts of a machine without caches (:func:`uncached_counters`, from the streams alone),
 the cutting of long nests into pieces (progress and Ctrl-C between them), and what a
 replay depends on (:func:`engine_fields`, :func:`replay_key`), so cases that differ only
-in what the engine never sees share one replay; and :func:`replay_once`, a planned step
+in what the engine never sees share one replay; :func:`replay_once`, a planned step
 replayed once per process whatever case asks for it (a device's share that repeats
-across the stages and cases of a multi-device study).
+across the stages and cases of a multi-device study); and :func:`replay_plans`, a
+multi-device step's stage kinds replayed side by side on threads.
 """
 
 from __future__ import annotations
@@ -161,6 +162,77 @@ def replay_once(machine: Machine, plan: ReplayPlan,
     while len(_REPLAYED) > REPLAYED_KEPT:
         _REPLAYED.popitem(last=False)
     return counters
+
+
+def replay_threads() -> int:
+    """How many stage replays :func:`replay_plans` runs at once: the cores this process may
+    use, in a process of its own; one in a worker process of a pool (a sweep's or the
+    validation's), whose siblings already keep the cores busy. :data:`REPLAY_THREADS`, when
+    set, overrides it."""
+    if REPLAY_THREADS is not None:
+        return REPLAY_THREADS
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+# None: replay_threads() decides; a number forces it (1: one stage after another).
+REPLAY_THREADS: int | None = None
+
+
+class _Stopped(Exception):
+    """A stage replay on a thread told to stop (another failed, or Ctrl-C)."""
+
+
+def replay_plans(machine: Machine, plans: list[ReplayPlan],
+                 progress: Callable[[int, int], Any] | None = None) -> list[list[HierarchyCounters]]:
+    """:func:`replay_once` of each plan (a multi-device step's stage kinds), the plans not
+    yet replayed in this process run side by side on :func:`replay_threads` threads. Each
+    replays on its own caches and the engine runs without the GIL, so the counters are
+    those of the plans replayed one after another, bit for bit; ``progress(done, total)``
+    counts the line lookups of all of them."""
+    total = sum(p.lookups for p in plans)
+    keys = [plan_digest(machine, p) if machine.cache_levels else "" for p in plans]
+    todo = list(dict.fromkeys(k for k in keys if k and k not in _REPLAYED))
+    width = min(replay_threads(), len(todo))
+    if width < 2:
+        out, done = [], 0
+        for plan in plans:
+            out.append(replay_once(machine, plan, _ticker(progress, total, done)))
+            done += plan.lookups
+        return out
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, stop = threading.Lock(), threading.Event()
+    done = [sum(p.lookups for p, k in zip(plans, keys, strict=True) if k not in todo)]
+
+    def tick(n: int) -> None:  # between pieces of a quarter second: where a stop is seen
+        if stop.is_set():
+            raise _Stopped
+        if progress is not None:
+            with lock:
+                done[0] += n
+                progress(done[0], total)
+
+    first = {k: plans[keys.index(k)] for k in todo}
+    with ThreadPoolExecutor(max_workers=width) as pool:
+        try:
+            made = dict(zip(todo, pool.map(lambda k: replay_step(machine, first[k], tick), todo), strict=True))
+        except BaseException:  # Ctrl-C, or a stage that failed: the others stop at their next piece
+            stop.set()
+            raise
+    for k, counters in made.items():
+        _REPLAYED[k] = counters
+    while len(_REPLAYED) > REPLAYED_KEPT:
+        _REPLAYED.popitem(last=False)
+    return [made[k] if k in made else replay_once(machine, plan) for k, plan in zip(keys, plans, strict=True)]
 
 
 def shape_of(row: list[tuple[LoopNest | None, LoopNest, float]]) -> tuple:
