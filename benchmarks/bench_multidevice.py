@@ -87,8 +87,10 @@ def main() -> None:
     args = parser.parse_args()
     todo = [c for c in cases() if not args.only or args.only in label(c)]
     print(f"load at start {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {len(todo)} cases")
-    print(("" if not args.one_thread else f"{'1-thread wall s':>15} ") + f"{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
-          f"{'shapes s':>8} {'ratio':>6} {'error':>8}  case")
+    one_thread = f"{'1-thread wall s':>15} " if args.one_thread else ""
+    shapes = "" if args.no_shapes else f"{'shapes s':>8} {'ratio':>6} {'error':>8}"
+    print(f"{one_thread}{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
+          f"{shapes}  case")
     worst = 0.0
     totals = [0.0, 0.0, 0.0, 0.0]
     over, over_wall = [], []
