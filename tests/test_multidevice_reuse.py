@@ -124,3 +124,16 @@ def test_shape_reuse_replays_each_shape_once_and_reuses_its_counters():
     full = replay.replay_step(machine, plans[0])
     first = shapes.index(shapes[0])
     assert counters[0][first].as_dict() == full[first].as_dict()
+
+
+def test_jobs_1_keeps_this_process_to_one_thread_too(tmp_path, monkeypatch):
+    import os
+
+    from memwall.cli import main
+
+    monkeypatch.setattr(replay, "REPLAY_THREADS", None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert replay.replay_threads() == 4  # a process of its own: a thread a core
+    assert main(["sweep", "--machine", "vax-11-780", "--network", "nettalk", "--out", str(tmp_path / "r"),
+                 "--no-figures", "--no-validation", "--no-progress", "--jobs", "1"]) == 0
+    assert replay.replay_threads() == 1

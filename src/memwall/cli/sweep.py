@@ -38,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="batch sizes (examples, or sequences); a comma list runs every case once for each")
     add_case_arguments(p, lists=True, skip=("batch",))
     p.add_argument("--out", default="results", metavar="DIR", help="sweep folder (default: ./results)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel cases (default: the cores)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="parallel cases (default: the cores); with 1, a multi-device case also replays its "
+                        "stage kinds one after another")
     p.add_argument("--executor", default="local", help="local (processes, default) or dask")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="join this Dask scheduler instead of starting a local cluster. Joining a scheduler "
@@ -106,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
     sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing
     sw.check_executor(args.executor, args.jobs, args.scheduler, args.allow_remote_scheduler)
+    if args.jobs is not None:  # the cores asked for: this process's stage replays keep to them too
+        from ..simulation import replay
+
+        replay.REPLAY_THREADS = args.jobs
     combined = build_cases(args)
     if combined.skipped:
         print(f"memwall sweep: {combined.note()}", file=sys.stderr)

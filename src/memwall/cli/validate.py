@@ -33,7 +33,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--measurements", metavar="DIR", help="a folder (or one file) of measurement TOML files")
     p.add_argument("--json", action="store_true", help="print {cases, summary} as JSON")
     p.add_argument("--figure", metavar="OUT_DIR", help="also write validation.png and validation.svg here")
-    p.add_argument("--jobs", type=int, metavar="N", help="worker processes for the predictions (default: the cores)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="worker processes for the predictions (default: the cores); with 1, a multi-device "
+                        "case also replays its stage kinds one after another")
     p.add_argument("--write-intervals", nargs="?", const="", metavar="PATH",
                    help="calibrate the prediction intervals on these measurements and write them (default: the "
                         "shipped era_data/intervals.toml; docs/intervals.md), then report with them")
@@ -55,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("no measurement to validate (no [[measurement]] in any *.toml file)", file=str(where))
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}", field="--jobs")
+    if args.jobs is not None:  # the cores asked for: this process's stage replays keep to them too
+        from ..simulation import replay
+
+        replay.REPLAY_THREADS = args.jobs
     # predictions are stored in the per-user cache (memwall.execute.cache): a second run, or a
     # sweep's validation, predicts only what the model has not predicted before
     results = predict_measurements(measurements, jobs=args.jobs, progress=not args.no_progress)
