@@ -2,7 +2,8 @@
 
 Owns: :func:`run_local` (a sweep's cases on a pool of worker processes, a worker that dies
 costing only its case), :func:`run_here` (one at a time in this process),
-:func:`map_cases` (any function over many cases on a pool: validation's predictions) and
+:func:`map_cases` (any function over many cases on a pool: validation's predictions),
+:class:`LazyPool` (calls handed to a pool as they are ready: the figures' drawings) and
 :func:`default_jobs`. Every worker dies with the process that started it, however that
 process dies, and Ctrl-C kills the workers rather than waiting for them.
 """
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -155,6 +156,34 @@ def run_local(feeder: Feeder, runner: Runner | None, jobs: int,
             retry = lost[1:] + retry
         else:
             retry = lost + retry
+
+
+class LazyPool:
+    """Calls submitted to a pool of ``jobs`` worker processes, started at the first
+    submission (none when nothing is submitted), so that work can be handed out while the
+    caller is still preparing the rest. On leaving: waits for the workers; on an error or
+    Ctrl-C, kills them, as :func:`map_cases` does."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.pool: ProcessPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_watch_parent,
+                                            initargs=(os.getpid(),))
+        return self.pool.submit(fn, *args)
+
+    def __enter__(self) -> LazyPool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: Any) -> None:
+        if self.pool is None:
+            return
+        if kind is None:
+            self.pool.shutdown(wait=True)
+        else:
+            _stop_workers(self.pool)
 
 
 def map_cases(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator[R]:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -159,6 +160,7 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     draw are drawn on up to ``jobs`` worker processes (None: the cores), their files the
     same as one process draws.
     """
+    from ..execute.pool import LazyPool, default_jobs
     from ..execute.store import remove_stale_temps
     from ..progress import Phase
 
@@ -168,23 +170,40 @@ def write_figures(out: str | os.PathLike[str], rows: Sequence[Row], *,
     tables = makers(out, rows, machines=machines, ledger=ledger, gholami=gholami)
     written: dict[str, list[Path]] = {}
     drawn = [n for n in names if n in tables]
-    with Phase(command, "drawing figures", len(drawn), unit="figure", enabled=progress) as phase:
-        to_render: list[_Figure] = []
+
+    def drawn_as(fig: _Figure, paths: list[Path]) -> None:
+        _keep_drawing(fig.digest, fig.name, paths)
+        written[fig.name] = _finish(fig)
+        phase.update()
+
+    width = jobs or default_jobs()
+    with Phase(command, "drawing figures", len(drawn), unit="figure", enabled=progress) as phase, \
+            LazyPool(width) as pool:
+        # Drawing is matplotlib's work, a second or two a figure, independent between figures:
+        # each figure is handed to the worker processes as soon as its data is ready, so they
+        # draw while the data of the next (some of it steps run here) is worked out. A lone
+        # figure to draw is drawn here: the first waits until a second shows a pool is worth starting.
+        drawing: list[tuple[_Figure, Future[list[Path]]]] = []
+        held: list[_Figure] = []
         for name in drawn:  # each figure's data here, in order (some run steps on the pool themselves)
             phase.note(name)
             fig = _prepare(name, out, folder, tables[name])
             if fig.drawn:
                 written[name] = _finish(fig)
                 phase.update()
+            elif width < 2:
+                drawn_as(fig, _render(fig.name, fig.data, fig.folder))
+            elif not (held or drawing):
+                held.append(fig)
             else:
-                to_render.append(fig)
-        # Drawing is matplotlib's work, a second or two a figure, independent between figures:
-        # side by side on the worker processes where there are several to draw.
-        for fig, paths in zip(to_render, _render_all(to_render, jobs), strict=True):
+                fig.folder.mkdir(parents=True, exist_ok=True)
+                drawing.extend((f, pool.submit(_render_one, (f.name, f.data, f.folder))) for f in (*held, fig))
+                held.clear()
+        for fig in held:
+            drawn_as(fig, _render(fig.name, fig.data, fig.folder))
+        for fig, future in drawing:
             phase.note(fig.name)
-            _keep_drawing(fig.digest, fig.name, paths)
-            written[fig.name] = _finish(fig)
-            phase.update()
+            drawn_as(fig, future.result())
     if "validation" in names:
         # Predictions of the shipped measurements, independent of the sweep's own cases.
         from ..execute.validation import write_validation
@@ -256,7 +275,7 @@ def _keep_drawing(digest: str, name: str, paths: Sequence[Path]) -> None:
 @dataclass
 class _Figure:
     """One figure between its data and its files: what :func:`_prepare` found, for
-    :func:`_render_all` (when not ``drawn`` yet) and :func:`_finish`."""
+    :func:`_render_one` (when not ``drawn`` yet) and :func:`_finish`."""
 
     name: str
     folder: Path
@@ -299,20 +318,6 @@ def _render(name: str, data: dict[str, Any], folder: Path) -> list[Path]:
 
 def _render_one(job: tuple[str, dict[str, Any], Path]) -> list[Path]:
     return _render(*job)
-
-
-def _render_all(figures: Sequence[_Figure], jobs: int | None) -> Iterable[list[Path]]:
-    """Each figure's files, drawn in order: on a pool of up to ``jobs`` processes (None: the
-    cores) where there are two figures or more to draw, else here."""
-    from ..execute.pool import default_jobs, map_cases
-
-    work = [(f.name, f.data, f.folder) for f in figures]
-    width = min(jobs or default_jobs(), len(work))
-    if width < 2:
-        return (_render(*job) for job in work)
-    for f in figures:
-        f.folder.mkdir(parents=True, exist_ok=True)
-    return map_cases(_render_one, work, width)
 
 
 def _finish(fig: _Figure) -> list[Path]:
