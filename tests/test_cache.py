@@ -242,3 +242,25 @@ def test_cases_that_replay_the_same_steps_are_predicted_together_each_as_alone(t
         fresh = dict(run_case(case))
         fresh.pop("kernels")
         assert store.get(case_key(case))["result"] == json.loads(json.dumps(fresh)), case
+
+
+def test_a_lazy_pool_starts_workers_only_when_handed_work_and_kills_them_on_an_error():
+    from memwall.execute.pool import LazyPool
+
+    with LazyPool(2) as idle:
+        pass
+    assert idle.pool is None  # nothing submitted: no process started (a warm folder draws nothing)
+    with LazyPool(2) as pool:
+        futures = [pool.submit(pow, 2, k) for k in range(5)]
+    assert [f.result() for f in futures] == [1, 2, 4, 8, 16]
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), LazyPool(2) as pool:
+        pool.submit(time.sleep, 60)  # a drawing that would take a minute
+        procs = list(pool.pool._processes.values())
+        raise KeyboardInterrupt
+    assert time.monotonic() - start < 10  # killed, not waited for
+    while any(p.is_alive() for p in procs) and time.monotonic() - start < 10:
+        time.sleep(0.05)
+    assert procs and not any(p.is_alive() for p in procs)
