@@ -108,10 +108,9 @@ def run(args: argparse.Namespace) -> int:
 
     sw.check_out_dir(args.out)  # before anything is loaded: a bad --out costs nothing
     sw.check_executor(args.executor, args.jobs, args.scheduler, args.allow_remote_scheduler)
-    if args.jobs is not None:  # the cores asked for: this process's stage replays keep to them too
-        from ..simulation import replay
+    from ..simulation.replay import limit_replay_threads
 
-        replay.REPLAY_THREADS = args.jobs
+    limit_replay_threads(args.jobs)
     combined = build_cases(args)
     if combined.skipped:
         print(f"memwall sweep: {combined.note()}", file=sys.stderr)

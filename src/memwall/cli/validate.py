@@ -57,10 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("no measurement to validate (no [[measurement]] in any *.toml file)", file=str(where))
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {args.jobs}", field="--jobs")
-    if args.jobs is not None:  # the cores asked for: this process's stage replays keep to them too
-        from ..simulation import replay
+    from ..simulation.replay import limit_replay_threads
 
-        replay.REPLAY_THREADS = args.jobs
+    limit_replay_threads(args.jobs)
     # predictions are stored in the per-user cache (memwall.execute.cache): a second run, or a
     # sweep's validation, predicts only what the model has not predicted before
     results = predict_measurements(measurements, jobs=args.jobs, progress=not args.no_progress)

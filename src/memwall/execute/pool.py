@@ -73,6 +73,11 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=poll, name="memwall-watch-parent", daemon=True).start()
 
 
+def _new_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` worker processes that die with this one (:func:`_watch_parent`)."""
+    return ProcessPoolExecutor(max_workers=jobs, initializer=_watch_parent, initargs=(os.getpid(),))
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers now (Ctrl-C, SIGTERM, an error): running cases are lost, not waited for."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
@@ -134,8 +139,7 @@ def run_local(feeder: Feeder, runner: Runner | None, jobs: int,
     retry: list[Case] = []
     while True:
         solo = bool(retry)
-        pool = ProcessPoolExecutor(max_workers=1 if solo else jobs, initializer=_watch_parent,
-                                   initargs=(os.getpid(),))
+        pool = _new_pool(1 if solo else jobs)
         lost: list[Case] = []
         ended = False
         try:
@@ -168,11 +172,17 @@ class LazyPool:
         self.jobs = jobs
         self.pool: ProcessPoolExecutor | None = None
 
-    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+    def _started(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_watch_parent,
-                                            initargs=(os.getpid(),))
-        return self.pool.submit(fn, *args)
+            self.pool = _new_pool(self.jobs)
+        return self.pool
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        return self._started().submit(fn, *args)
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``fn`` of each item, the results in the items' order as they come."""
+        return self._started().map(fn, items)
 
     def __enter__(self) -> LazyPool:
         return self
@@ -191,13 +201,8 @@ def map_cases(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator[R
     order as they come. The workers die with this process; if the caller stops early, or
     Ctrl-C or a dead worker ends the loop, the workers are killed, not waited for, and what
     was already yielded is kept."""
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_watch_parent, initargs=(os.getpid(),))
-    try:
+    with LazyPool(jobs) as pool:
         yield from pool.map(fn, items)
-    except BaseException:
-        _stop_workers(pool)
-        raise
-    pool.shutdown(wait=True)
 
 
 def run_cases(cases: Sequence[Any], jobs: int | None = None) -> list[Any]:

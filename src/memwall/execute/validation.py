@@ -111,16 +111,14 @@ def replay_groups(cases: Sequence[Case]) -> list[tuple[Case, ...]]:
 
     groups: dict[str, list[Case]] = {}
     for case in cases:
-        key = json.dumps(["alone", case.as_dict()], sort_keys=True, default=str)
         try:
             engine = engine_fields(load_machine(case.machine))
         except InputError:  # predicted alone: its worker reports why
-            engine = None
-        if engine is not None:
-            shard = {k: v for k, v in case.key(STEP, DEVICES).items()
-                     if case.parallel.devices == 1 or k not in ("dp", "zero", "accumulate")}
-            key = json.dumps([engine, case.phase, shard], sort_keys=True, default=str)
-        groups.setdefault(key, []).append(case)
+            groups[json.dumps(["alone", case.as_dict()], sort_keys=True, default=str)] = [case]
+            continue
+        shard = {k: v for k, v in case.key(STEP, DEVICES).items()
+                 if case.parallel.devices == 1 or k not in ("dp", "zero", "accumulate")}
+        groups.setdefault(json.dumps([engine, case.phase, shard], sort_keys=True, default=str), []).append(case)
 
     return [tuple(g) for g in sorted(groups.values(), key=group_cost, reverse=True)]
 

@@ -158,10 +158,15 @@ def replay_once(machine: Machine, plan: ReplayPlan,
             progress(plan.lookups)
         return kept
     counters = replay_step(machine, plan, progress)
+    _keep(key, counters)
+    return counters
+
+
+def _keep(key: str, counters: list[HierarchyCounters]) -> None:
+    """Keep a replay for this process, the least recently used going past :data:`REPLAYED_KEPT`."""
     _REPLAYED[key] = counters
     while len(_REPLAYED) > REPLAYED_KEPT:
         _REPLAYED.popitem(last=False)
-    return counters
 
 
 def replay_threads() -> int:
@@ -184,6 +189,14 @@ def replay_threads() -> int:
 
 # None: replay_threads() decides; a number forces it (1: one stage after another).
 REPLAY_THREADS: int | None = None
+
+
+def limit_replay_threads(jobs: int | None) -> None:
+    """``--jobs N``: the cores a user gives a command; this process's stage replays keep to
+    them too (None: :func:`replay_threads` decides)."""
+    global REPLAY_THREADS
+    if jobs is not None:
+        REPLAY_THREADS = jobs
 
 
 class _Stopped(Exception):
@@ -210,8 +223,10 @@ def replay_plans(machine: Machine, plans: list[ReplayPlan],
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    kept = {k: _REPLAYED[k] for k in keys if k in _REPLAYED}  # before a new one can push it out
+    first = {k: plans[keys.index(k)] for k in todo}
     lock, stop = threading.Lock(), threading.Event()
-    done = [sum(p.lookups for p, k in zip(plans, keys, strict=True) if k not in todo)]
+    done = [total - sum(p.lookups for p in first.values())]  # what is kept, or repeats a plan, replays nothing
 
     def tick(n: int) -> None:  # between pieces of a quarter second: where a stop is seen
         if stop.is_set():
@@ -221,18 +236,17 @@ def replay_plans(machine: Machine, plans: list[ReplayPlan],
                 done[0] += n
                 progress(done[0], total)
 
-    first = {k: plans[keys.index(k)] for k in todo}
     with ThreadPoolExecutor(max_workers=width) as pool:
         try:
             made = dict(zip(todo, pool.map(lambda k: replay_step(machine, first[k], tick), todo), strict=True))
         except BaseException:  # Ctrl-C, or a stage that failed: the others stop at their next piece
             stop.set()
             raise
+    for k in kept:
+        _REPLAYED.move_to_end(k)
     for k, counters in made.items():
-        _REPLAYED[k] = counters
-    while len(_REPLAYED) > REPLAYED_KEPT:
-        _REPLAYED.popitem(last=False)
-    return [made[k] if k in made else replay_once(machine, plan) for k, plan in zip(keys, plans, strict=True)]
+        _keep(k, counters)
+    return [made[k] if k in made else kept[k] for k in keys]
 
 
 def shape_of(row: list[tuple[LoopNest | None, LoopNest, float]]) -> tuple:
