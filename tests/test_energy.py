@@ -25,7 +25,7 @@ SCALAR_ENERGY = {"energy.tdp": "100 W", "energy.static": "10 W", "energy.fp32": 
 GPU_ENERGY = {"energy.tdp": "700 W", "energy.static": "80 W", "energy.bf16": "0.3 pJ/FLOP",
               "energy.fp32": "0.6 pJ/FLOP", "energy.vector.fp32": "1.5 pJ/FLOP", "energy.vector.bf16": "0.9 pJ/FLOP", "level.smem.energy": "1 pJ/B",
               "level.L2.energy": "5 pJ/B", "memory.energy": "3.9 pJ/bit", "interconnect.node.energy": "1.3 pJ/bit",
-              "interconnect.cluster.energy": "10 pJ/bit"}
+              "interconnect.cluster.energy": "10 pJ/bit", "energy.fabric": "50 pJ/B"}
 
 
 def scalar(**more: str):
@@ -177,3 +177,36 @@ def test_a_unit_that_would_draw_more_than_the_rating_is_warned() -> None:
     quiet = Problems("t")
     plausibility(scalar(), quiet)
     assert not [w for w in quiet.warnings if w.field.startswith(("energy", "memory.energy"))]
+
+
+def test_the_fabric_prices_each_main_memory_byte_on_top_of_the_memorys_own_figure() -> None:
+    plain = run(scalar(), network="encoder-8-3-8", batch=1, updates="per-example")
+    m = scalar(**{"energy.fabric": "2 nJ/B"})
+    r = run(m, network="encoder-8-3-8", batch=1, updates="per-example")
+    e = r["energy"]["joules_by_component"]
+    assert e["fabric"] == pytest.approx(r["bytes"]["memory"] * 2e-9, rel=1e-12)
+    # every other component as without it; the share moving data counts it
+    assert {k: v for k, v in e.items() if k != "fabric"} == pytest.approx(plain["energy"]["joules_by_component"])
+    moved = e["cache"] + e["memory"] + e["fabric"]
+    assert r["energy"]["data_movement_share"] == pytest.approx(moved / r["energy"]["joules"])
+    assert "fabric" not in plain["energy"]["joules_by_component"]  # unstated: no component, as before
+
+
+def test_the_h200s_fabric_reproduces_the_stream_power_it_was_derived_from() -> None:
+    """gpu-roofline's H200 stream: 572 W reading two fp64 arrays at 3759 GB/s (0.25 FLOP/B).
+    Priced by the profile (static, the stream's fp64 on the vector units, each byte at the
+    memory's, every level's and the fabric's figures), the stream draws what was measured."""
+    h200 = load_machine("h200")
+    rate, flops = 3759e9, 940e9
+    per_byte = h200.memory.energy + sum(lv.energy for lv in h200.levels) + h200.energy.fabric
+    watts = h200.energy.static + flops * h200.energy.vector["fp64"] + rate * per_byte
+    assert watts == pytest.approx(572, rel=0.002)
+    assert h200.provenance["energy.fabric"].status == "measured"
+
+
+def test_a_memory_bound_decode_step_draws_most_of_its_dynamic_power_in_the_fabric() -> None:
+    h100 = load_machine("h100-sxm")
+    r = run(h100, network="llama3-8b", batch=1, phase="decode", context=512)
+    e = r["energy"]["joules_by_component"]
+    assert e["fabric"] > e["memory"] > e["arithmetic.bf16"]
+    assert r["energy"]["watts_average"] < h100.energy.tdp

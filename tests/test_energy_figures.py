@@ -110,7 +110,7 @@ def test_energy_share_runs_only_machines_with_energy(monkeypatch):
     for r in data["steps"]:
         groups = sum(r[f"joules_{g}"] for g, _ in study_energy.GROUPS)
         assert groups == pytest.approx(r["joules"], rel=1e-9)
-        moving = r["joules_levels"] + r["joules_memory"] + r["joules_interconnect"]
+        moving = r["joules_levels"] + r["joules_memory"] + r["joules_fabric"] + r["joules_interconnect"]
         assert moving / r["joules"] == pytest.approx(r["data_movement_share"], rel=1e-9, abs=1e-15)
         parts = [c for c in data["components"] if (c["workload"], c["machine"]) == (r["workload"], r["machine"])]
         assert sum(c["joules"] for c in parts) == pytest.approx(r["joules"], rel=1e-9)
@@ -126,7 +126,8 @@ def test_energy_share_runs_only_machines_with_energy(monkeypatch):
 def test_energy_share_draws_its_steps(pyplot):
     steps = [{"workload": "w", "machine": m, "name": m, "year": 2020, "joules": 2.0, "data_movement_share": 0.25,
               "dynamic_movement_share": d, "joules_per_unit": 0.5, "unit": "token",
-              "joules_arithmetic": a, "joules_levels": 0.25, "joules_memory": 0.25, "joules_interconnect": 0.0,
+              "joules_arithmetic": a, "joules_levels": 0.25, "joules_memory": 0.25, "joules_fabric": 0.0,
+              "joules_interconnect": 0.0,
               "joules_static": 1.5 - a, "joules_host": 0.0}
              for m, a, d in (("x", 0.0, 1.0), ("y", 0.5, 0.5))]
     data = {"steps": steps, "components": [], "lacking": [{"workload": "w", "machine": "z", "name": "z",

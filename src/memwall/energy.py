@@ -8,7 +8,8 @@ and per kernel (:func:`kernel_joules`), the joules of a device's communication
 Each function computes exactly the equations of ``docs/energy.md``; keep the two in step.
 
 The model is a sum of counts times energies: joules = sum over dtypes of operations x
-joules per operation + sum over levels of bytes x joules per byte + bits sent x joules
+joules per operation + sum over levels of bytes x joules per byte + main memory's bytes
+x the fabric's joules per byte + bits sent x joules
 per bit on each link + static watts x seconds x devices + host watts x the host's issue
 seconds. The counts are the engine's and the timing's, unchanged: energy asks nothing
 the time did not already answer.
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from .profiles import Machine
     from .timing import CommTiming
 
-ARITHMETIC, INTERCONNECT, STATIC, HOST = "arithmetic", "interconnect", "static", "host"
+ARITHMETIC, INTERCONNECT, STATIC, HOST, FABRIC = "arithmetic", "interconnect", "static", "host", "fabric"
 POWER_WARNING = "average power"  # how the warning above the rated power begins
 
 
@@ -112,6 +113,10 @@ def kernel_joules(machine: Machine, kernel: KernelTiming, iterations: int = 1,
                 unstated.add("memory.energy" if name == MEMORY else f"level.{name}.energy")
             continue
         out[name] = nbytes * iterations * figures[name]
+    fabric = machine.energy.fabric if machine.energy is not None else None
+    memory_bytes = float(kernel.bytes.get(MEMORY, 0.0))
+    if fabric is not None and memory_bytes:
+        out[FABRIC] = memory_bytes * iterations * fabric
     return out
 
 
@@ -178,7 +183,8 @@ def energy_table(machine: Machine, devices: Iterable[tuple[float, Mapping[str, f
     for count, joules in devices:
         _add(components, joules, count)
     arithmetic = sorted(k for k in components if k.startswith(ARITHMETIC + "."))
-    order = [*arithmetic, *(lv.name for lv in machine.levels), MEMORY, INTERCONNECT]
+    order = [*arithmetic, *(lv.name for lv in machine.levels), MEMORY,
+             *([FABRIC] if spec.fabric is not None else []), INTERCONNECT]
     by_component = {k: components.get(k, 0.0) for k in order}
     by_component[STATIC] = spec.static * seconds * device_count
     by_component[HOST] = components.get(HOST, 0.0)

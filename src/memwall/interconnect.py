@@ -29,13 +29,23 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"
 class Link:
     """One class of link, as one device sees it."""
 
-    bandwidth: float  # bytes per second per device, one direction
+    bandwidth: float  # bytes per second per device, one direction: the datasheet's peak
     latency: float  # seconds per step of a collective's algorithm (alpha)
     energy: float | None = None  # joules per bit a device sends; None: not stated
+    sustained: float | None = None  # bytes per second NCCL's collectives are measured to reach; None: the peak
+
+    @property
+    def rate(self) -> float:
+        """beta, the rate every collective's bandwidth term is charged at: the measured
+        sustained rate where the profile states one, else the peak (docs/timing.md,
+        "Devices and the interconnect")."""
+        return self.bandwidth if self.sustained is None else self.sustained
 
     def scaled(self, factor: float) -> Link:
-        """The same link with ``factor`` times the bandwidth (what-if and invariant tests)."""
-        return Link(self.bandwidth * factor, self.latency, self.energy)
+        """The same link with ``factor`` times the bandwidth, its sustained rate moved with
+        it (what-if and invariant tests)."""
+        return Link(self.bandwidth * factor, self.latency, self.energy,
+                    None if self.sustained is None else self.sustained * factor)
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,7 @@ class Group:
 
 def _ring(steps: int, fraction: float, nbytes: float, link: Link) -> float:
     """``steps`` latency terms and ``fraction`` of ``nbytes`` through ``link``."""
-    return steps * link.latency + fraction * nbytes / link.bandwidth
+    return steps * link.latency + fraction * nbytes / link.rate
 
 
 def ring_all_reduce(nbytes: float, n: int, link: Link) -> float:
@@ -137,8 +147,8 @@ def all_to_all(ic: Interconnect, group: Group, nbytes: float) -> float:
     n = p.q * p.k
     if n == 1:
         return 0.0
-    within = (p.q - 1) * p.node.latency + (p.q - 1) / n * nbytes / p.node.bandwidth
-    across = (p.k - 1) * p.cluster.latency + (n - p.q) / n * nbytes / p.cluster.bandwidth if p.k > 1 else 0.0
+    within = (p.q - 1) * p.node.latency + (p.q - 1) / n * nbytes / p.node.rate
+    across = (p.k - 1) * p.cluster.latency + (n - p.q) / n * nbytes / p.cluster.rate if p.k > 1 else 0.0
     return within + across
 
 
@@ -147,7 +157,7 @@ def p2p(ic: Interconnect, stride: int, nbytes: float) -> float:
     link when both are on one node (stride < devices_per_node), else the cluster's."""
     p = _Placed(ic, Group(2, stride))
     link = p.node if p.k == 1 else p.cluster
-    return link.latency + nbytes / link.bandwidth
+    return link.latency + nbytes / link.rate
 
 
 def collective(ic: Interconnect, kind: str, group: Group, nbytes: float) -> float:

@@ -264,6 +264,11 @@ ENERGY = Table("[energy]", (
           parse=_power, unit=_W, figure="required"),
     Field("host", "any", "power of the host's share per device while it issues kernels (an accelerator's host "
           "CPUs); absent: not counted", parse=_power, unit=_W, figure="required"),
+    Field("fabric", "any", "energy per byte main memory moves that no array figure prices: the on-chip network "
+          "between memory, the last level and the cores, and the clocking of the active chip; derived from a "
+          "streaming kernel's measured board power, less the static power, the stream's arithmetic and the "
+          "memory's and levels' own figures (docs/energy.md); absent: not counted", parse=energy_per_byte,
+          unit=ENERGY_PER_BYTE, figure="required"),
     *(Field(dtype, "any", f"energy of one {dtype} {'operation' if dtype.startswith('int') else 'FLOP'} in the "
             "matrix units (arithmetic only: operands are charged at the levels they move through)",
             parse=_energy_per_flop, unit=_PJ_FLOP, figure="required") for dtype in DTYPES),
@@ -413,6 +418,10 @@ LINK = Table("[interconnect.<node|cluster>]", (
           figure="required"),
     Field("latency", "any", "latency of one step of a collective's algorithm (alpha)", required=True,
           parse=_time, unit=_T, figure="required"),
+    Field("sustained", "any", "the bandwidth NCCL's collectives are measured to reach on this link (nccl-tests' "
+          "bus bandwidth at large messages, turned into the per-device rate of the link model), at most "
+          "`bandwidth`; every collective's bandwidth term is charged at it (docs/timing.md, 'Devices and the "
+          "interconnect'); absent: the peak", parse=_byte_rate, unit=_BW, figure="required"),
     Field("energy", "any", "energy per bit one device sends over this link (SerDes, switch, NIC where "
           "sourced)", parse=_energy_per_bit, unit="energy per bit (`'1.3 pJ/bit'`)", figure="required"),
     Field("note", "str", "free text"),
@@ -557,6 +566,7 @@ class EnergySpec:
     host: float | None  # watts of the host's share while it issues; None: not counted
     matrix: Mapping[str, float]  # dtype -> joules per operation in the matrix units
     vector: Mapping[str, float]  # dtype -> joules per operation in the vector units ([energy.vector])
+    fabric: float | None = None  # joules per main-memory byte outside the arrays; None: not counted
 
 
 @dataclass(frozen=True)
@@ -866,7 +876,7 @@ def _interconnect(values: Mapping[str, Any]) -> Interconnect | None:
         return None
 
     def link(t: Mapping[str, Any] | None) -> Link | None:
-        return None if t is None else Link(t["bandwidth"], t["latency"], t.get("energy"))
+        return None if t is None else Link(t["bandwidth"], t["latency"], t.get("energy"), t.get("sustained"))
 
     node = link(table["node"])
     assert node is not None
@@ -879,7 +889,7 @@ def _energy(values: Mapping[str, Any]) -> EnergySpec | None:
     if table is None:
         return None
     return EnergySpec(table["tdp"], table["static"], table.get("host"),
-                      {d: table[d] for d in DTYPES if d in table}, dict(table.get("vector", {})))
+                      {d: table[d] for d in DTYPES if d in table}, dict(table.get("vector", {})), table.get("fabric"))
 
 
 def _apply_sets(data: dict[str, Any], sets: Mapping[str, str], problems: Problems) -> dict[str, Any]:
@@ -934,6 +944,10 @@ WHAT_IF_SOURCE = "what_if"
 # (docs/timing.md, "Sustained bandwidth"). --set paths.
 FOLLOW_BANDWIDTH = ("memory.sustained", "memory.sustained_read", "memory.sustained_copy", "schedule.bytes_in_flight")
 SUSTAINED = ("sustained", "sustained_read", "sustained_copy")  # [memory]'s measured stream rates
+# Each peak a what-if may move, and the figures stated against it (a link's measured
+# collective rate follows its peak as memory's sustained rates follow theirs).
+FOLLOWS = {"memory.bandwidth": FOLLOW_BANDWIDTH,
+           **{f"interconnect.{link}.bandwidth": (f"interconnect.{link}.sustained",) for link in ("node", "cluster")}}
 
 
 def _at(values: Any, dotted: str) -> Any:
@@ -956,29 +970,33 @@ def _number(value: Any) -> bool:
 
 def _what_if(before: Mapping[str, Any], values: dict[str, Any], sets: Mapping[str, str],
              problems: Problems) -> dict[str, Any]:
-    """Follow a what-if through: where ``sets`` moves memory.bandwidth, each figure of
-    FOLLOW_BANDWIDTH the profile states and ``sets`` does not name is multiplied by new ÷
-    old peak in ``values`` (changed in place; its provenance says so). Returns the record a
-    result shows: ``set`` (each FIELD -> VALUE as given) and ``moved`` (every figure whose
-    value changed, in SI units: ``from``, ``to`` and ``by``, "set" or the scaling)."""
+    """Follow a what-if through: where ``sets`` moves a peak of :data:`FOLLOWS`
+    (memory.bandwidth, a link's bandwidth), each figure stated against it that the profile
+    states and ``sets`` does not name is multiplied by new ÷ old peak in ``values``
+    (changed in place; its provenance says so). Returns the record a result shows: ``set``
+    (each FIELD -> VALUE as given) and ``moved`` (every figure whose value changed, in SI
+    units: ``from``, ``to`` and ``by``, "set" or the scaling)."""
     moved: dict[str, dict[str, Any]] = {}
     for dotted in sets:
         old, new = _at(before, dotted), _at(values, dotted)
         if old != new:
             moved[dotted] = {"from": old, "to": new, "by": "set"}
-    old_peak, new_peak = _at(before, "memory.bandwidth"), _at(values, "memory.bandwidth")
-    if "memory.bandwidth" in sets and _number(old_peak) and _number(new_peak) and old_peak > 0:
+    for peak, followers in FOLLOWS.items():
+        old_peak, new_peak = _at(before, peak), _at(values, peak)
+        if peak not in sets or not (_number(old_peak) and _number(new_peak) and old_peak > 0):
+            continue
         k = new_peak / old_peak
-        for dotted in FOLLOW_BANDWIDTH:
-            table, key = dotted.split(".")
-            value = values.get(table, {}).get(key)
+        for dotted in followers:
+            *path, key = dotted.split(".")
+            table = _at(values, ".".join(path))
+            value = table.get(key) if isinstance(table, dict) else None
             if dotted in sets or not _number(value) or k == 1:
                 continue
-            values[table][key] = value * k
-            rule = f"memory.bandwidth x {k:.6g} (new peak / old peak)"
+            table[key] = value * k
+            rule = f"{peak} x {k:.6g} (new peak / old peak)"
             fig = problems.provenance.get(dotted)
             if fig is not None:
-                unit = "B/s" if table == "memory" else "B"
+                unit = "B" if key == "bytes_in_flight" else "B/s"
                 problems.provenance[dotted] = Figure(f"{value * k:.6g} {unit}", fig.source, fig.status,
                                                      fig.derivation, f"what-if: scaled with {rule} by --set")
             moved[dotted] = {"from": value, "to": value * k, "by": rule}
@@ -1044,6 +1062,12 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
             problems.add(f"{name.replace('_', ' ')} bandwidth {memory[name]:.4g} B/s is above the peak "
                          f"{memory['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's{slip}",
                          f"memory.{name}")
+    for name, link in values.get("interconnect", {}).items():
+        if isinstance(link, dict) and _number(link.get("sustained")) and _number(link.get("bandwidth")) \
+                and link["sustained"] > link["bandwidth"] * (1 + 1e-9):
+            problems.add(f"sustained bandwidth {link['sustained']:.4g} B/s is above the link's peak "
+                         f"{link['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's",
+                         f"interconnect.{name}.sustained")
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)

@@ -207,6 +207,11 @@ def _interconnect_lines(m: profiles.Machine) -> list[str]:
         if link is not None:
             out.append(f"  {name:7} bandwidth " + _figure_text(m, f"interconnect.{name}.bandwidth",
                                                           format_byte_rate(link.bandwidth) + " per direction"))
+            if link.sustained is not None:
+                out.append(f"  {name:7} sustained " + _figure_text(
+                    m, f"interconnect.{name}.sustained",
+                    f"{format_byte_rate(link.sustained)} per direction ({link.sustained / link.bandwidth:.0%} of the "
+                    "peak; the collectives' rate)"))
             out.append(f"  {name:7} latency   " + _figure_text(m, f"interconnect.{name}.latency",
                                                           format_time(link.latency)))
     return out

@@ -44,6 +44,7 @@ Row = Mapping[str, Any]
 GROUPS = (("arithmetic", "arithmetic", COMPUTE_COLOUR, False),
           ("levels", "on-chip levels (registers, caches, scratchpads)", "#dd8452", True),
           ("memory", "main memory", "#c44e52", True),
+          ("fabric", "on-chip fabric and clocking, per main-memory byte", "#da8bc3", True),
           ("interconnect", "interconnect", "#8172b3", True),
           ("static", "static power × seconds", "#8c8c8c", False),
           ("host", "host issuing kernels", OVERHEAD_COLOUR, False))

@@ -142,7 +142,11 @@ def _changed(machine: Machine, path: str, change: Callable[[Any], Any]) -> Machi
         ic = machine.interconnect
         name, _, key = rest.partition(".")
         link: Link = getattr(ic, name)
-        return replace(machine, interconnect=replace(ic, **{name: replace(link, **{key: change(getattr(link, key))})}))
+        if key == "bandwidth":  # the measured rate moves with its peak, as a --set moves it
+            moved = link.scaled(change(link.bandwidth) / link.bandwidth)
+        else:
+            moved = replace(link, **{key: change(getattr(link, key))})
+        return replace(machine, interconnect=replace(ic, **{name: moved}))
     raise KeyError(path)
 
 

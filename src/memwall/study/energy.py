@@ -18,8 +18,8 @@ DECODE_NETWORK, DECODE_BATCH, DECODE_CONTEXT = "llama3-8b", 1, 512
 DECODE_WORKLOAD = f"Llama 3 8B decode, batch {DECODE_BATCH}, context {DECODE_CONTEXT}"
 
 # The groups a step's joules are stacked by, in order, and whether each is data movement.
-GROUPS = (("arithmetic", False), ("levels", True), ("memory", True), ("interconnect", True), ("static", False),
-          ("host", False))
+GROUPS = (("arithmetic", False), ("levels", True), ("memory", True), ("fabric", True), ("interconnect", True),
+          ("static", False), ("host", False))
 DYNAMIC = tuple(g for g, _ in GROUPS if g not in ("static", "host"))
 
 
@@ -52,7 +52,7 @@ def group_of(component: str, levels: Sequence[str]) -> str:
     """A ``joules_by_component`` key's group (:data:`GROUPS`)."""
     if component.startswith("arithmetic."):
         return "arithmetic"
-    if component in ("memory", "interconnect", "static", "host"):
+    if component in ("memory", "fabric", "interconnect", "static", "host"):
         return component
     if component in levels:
         return "levels"
