@@ -297,6 +297,12 @@ def test_cli_show(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     ceiling = out.split("compute.achievable")[1].splitlines()
     assert "271.2 TFLOP/s  [measured; S. Bekman" in ceiling[1] and "compute.vector" in out
+    # the figures the timing and the energy use beside the peaks, each with its provenance
+    lines = out.splitlines()
+    assert any(line.startswith("  sustained read 1.73 TB/s (85% of the peak)  [measured;") for line in lines)
+    assert any(line.startswith("  node    sustained 231.6 GB/s per direction (77% of the peak") for line in lines)
+    assert any(line.startswith("  fabric  87.6 pJ/B per main-memory byte  [estimate; D. Ernst") for line in lines)
+    assert any(line.startswith("  static  62 W  [measured;") for line in lines)
     assert main(["machines", "show", "no-such"]) == 2
 
 

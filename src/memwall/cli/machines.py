@@ -184,15 +184,42 @@ def _memory_lines(m: profiles.Machine) -> list[str]:
     out = ["main memory",
            "  capacity  " + _figure_text(m, "memory.capacity", format_bytes(m.memory.capacity)),
            "  latency   " + _figure_text(m, "memory.latency", format_time(m.memory.latency)),
-           "  bandwidth " + _figure_text(m, "memory.bandwidth", format_byte_rate(m.memory.bandwidth)),
-           f"timing model {m.timing.model}"]
+           "  bandwidth " + _figure_text(m, "memory.bandwidth", format_byte_rate(m.memory.bandwidth))]
+    for name in profiles.SUSTAINED:
+        rate = getattr(m.memory, name)
+        if rate is not None:
+            out.append(f"  {name.replace('_', ' ')} " + _figure_text(
+                m, f"memory.{name}", f"{format_byte_rate(rate)} ({rate / m.memory.bandwidth:.0%} of the peak)"))
+    if m.memory.energy is not None:
+        out.append("  energy    " + _figure_text(m, "memory.energy", f"{m.memory.energy * 1e12:.4g} pJ/B"))
+    out.append(f"timing model {m.timing.model}")
     out += [f"  {k} = " + _figure_text(m, f"timing.{k}", repr(v)) for k, v in m.timing.params.items()]
     out.append(f"schedule {m.schedule.family}")
     out += [f"  {k} = " + _figure_text(m, f"schedule.{k}", repr(v)) for k, v in m.schedule.params.items()]
     out += _interconnect_lines(m)
+    out += _energy_lines(m)
     if m.sources:
         out.append("sources")
         out += [f"  {key}: {citation}" for key, citation in m.sources.items()]
+    return out
+
+
+def _energy_lines(m: profiles.Machine) -> list[str]:
+    """The energy figures (docs/energy.md), each with its provenance; a profile without
+    [energy] says so, as its results do."""
+    spec = m.energy
+    if spec is None:
+        return ["energy: none stated (results carry energy null)"]
+    out = ["energy", "  tdp     " + _figure_text(m, "energy.tdp", f"{spec.tdp:.4g} W"),
+           "  static  " + _figure_text(m, "energy.static", f"{spec.static:.4g} W")]
+    if spec.host is not None:
+        out.append("  host    " + _figure_text(m, "energy.host", f"{spec.host:.4g} W"))
+    if spec.fabric is not None:
+        out.append("  fabric  " + _figure_text(m, "energy.fabric", f"{spec.fabric * 1e12:.4g} pJ/B per main-memory byte"))
+    out += [f"  {d:7} " + _figure_text(m, f"energy.{d}", f"{j * 1e12:.4g} pJ/FLOP (matrix units)")
+            for d, j in spec.matrix.items()]
+    out += [f"  {d:7} " + _figure_text(m, f"energy.vector.{d}", f"{j * 1e12:.4g} pJ/FLOP (vector units)")
+            for d, j in spec.vector.items()]
     return out
 
 
