@@ -1,7 +1,8 @@
 """Figure 16, where a step's joules go: per-example and batched NETtalk from the VAX to
 Blackwell, and Llama 3 8B batch-1 decode on three GPUs, as stacked shares of the step's
-energy by component (arithmetic, on-chip levels, main memory, interconnect, static power,
-host), of all its joules and of its dynamic joules."""
+energy by component (arithmetic, on-chip levels, main memory, the on-chip fabric per
+main-memory byte, interconnect, static power, host), of all its joules and of its dynamic
+joules."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ CAPTION = ("The joules of one step by component, as shares, for NETtalk trained 
            "per example) and batched (batch 64, one update per batch) on machines from 1976 to 2024, and for "
            "Llama 3 8B decoding one token at batch 1 against a 512-token context on three GPUs. Left: shares of "
            "all the step's joules; right: of its dynamic joules (static power and the host left out). Data "
-           "movement (hatched) is every memory level's bytes at its energy per byte, main memory's and the "
+           "movement (hatched) is every memory level's bytes at its energy per byte, main memory's, the on-chip "
+           "fabric's per main-memory byte (where a profile states it, from a measured stream's power) and the "
            "links'. Each share is the energy model's counts × the profiles' energy figures, most of them "
            "estimates (see figure 15 and each profile's provenance); machines whose profile states no [energy] "
            "are left out and named below the bars. Static power × seconds dominates wherever the step is short "
