@@ -102,3 +102,46 @@ def test_every_shipped_sustained_link_rate_is_sourced_and_below_its_peak() -> No
             fig = m.provenance[f"interconnect.{name}.sustained"]
             assert fig.source in m.sources and fig.status in ("measured", "secondary", "verified"), m.id
             assert fig.derivation, m.id
+
+
+def test_an_all_reduce_within_a_node_runs_at_the_nodes_measured_all_reduce_rate() -> None:
+    nvls = Link(bandwidth=450e9, latency=2e-6, sustained=370e9, sustained_all_reduce=480e9)
+    box = Interconnect("test", 8, nvls, Link(50e9, 5e-6, sustained=48e9))
+    n = 8
+    # within the node: the all-reduce at 480 (the switch reduces), the gathers at 370
+    want = ic.flat_all_reduce(S, n, Link(450e9, 2e-6, sustained=480e9))
+    assert ic.all_reduce(box, Group(n), S) == pytest.approx(want)
+    assert ic.all_reduce(box, Group(n), S) < ic.ring_all_reduce(S, n, Link(450e9, 2e-6))
+    assert ic.all_gather(box, Group(n), S) == pytest.approx((n - 1) * 2e-6 + (n - 1) / n * S / 370e9)
+    # across nodes the hierarchical all-reduce's node passes are gathers: the ring rate
+    across = 2 * ic.ring_gather(S, 8, nvls) + ic.flat_all_reduce(S / 8, 4, Link(50e9, 5e-6, sustained=48e9))
+    assert ic.all_reduce(box, Group(32), S) == pytest.approx(across)
+    assert nvls.scaled(2.0).sustained_all_reduce == 960e9
+
+
+def test_an_all_reduce_rate_above_twice_the_peak_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h100-nvls.toml"
+    path.write_text("""format_version = 1
+base = "h100-sxm"
+id = "h100-nvls"
+name = "H100 with a bad all-reduce rate (test)"
+
+[interconnect.node]
+sustained_all_reduce = { value = "950 GB/s", source = "fixture", status = "measured", derivation = "test" }
+
+[sources]
+fixture = "memwall test fixture"
+""")
+    with pytest.raises(InputError) as err:
+        load_machine(str(path))
+    assert err.value.field == "interconnect.node.sustained_all_reduce" and "twice" in str(err.value)
+    m = load_machine("h100-sxm", sets={"interconnect.node.bandwidth": "'900 GB/s'"})
+    assert m.interconnect.node.sustained_all_reduce == pytest.approx(2 * 478.87e9)
+    assert "interconnect.node.sustained_all_reduce" in m.what_if["moved"]
+
+
+def test_the_h100s_node_runs_its_gathers_below_the_peak_and_its_all_reduce_above() -> None:
+    h100 = load_machine("h100-sxm").interconnect
+    peak = Interconnect("peak", 8, Link(h100.node.bandwidth, h100.node.latency))
+    assert ic.all_gather(h100, Group(8), S) > ic.all_gather(peak, Group(8), S)
+    assert ic.all_reduce(h100, Group(8), S) < ic.all_reduce(peak, Group(8), S)

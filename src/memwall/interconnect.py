@@ -33,6 +33,7 @@ class Link:
     latency: float  # seconds per step of a collective's algorithm (alpha)
     energy: float | None = None  # joules per bit a device sends; None: not stated
     sustained: float | None = None  # bytes per second NCCL's collectives are measured to reach; None: the peak
+    sustained_all_reduce: float | None = None  # ... its all-reduce within one node, where it differs; None: sustained
 
     @property
     def rate(self) -> float:
@@ -41,11 +42,20 @@ class Link:
         "Devices and the interconnect")."""
         return self.bandwidth if self.sustained is None else self.sustained
 
+    def for_all_reduce(self) -> Link:
+        """The link as an all-reduce within one node sees it: at its measured all-reduce
+        rate where the profile states one (NVLink SHARP reduces in the switch, so the bus
+        bandwidth can exceed the wire's), else as every collective."""
+        if self.sustained_all_reduce is None:
+            return self
+        return Link(self.bandwidth, self.latency, self.energy, self.sustained_all_reduce)
+
     def scaled(self, factor: float) -> Link:
-        """The same link with ``factor`` times the bandwidth, its sustained rate moved with
+        """The same link with ``factor`` times the bandwidth, its measured rates moved with
         it (what-if and invariant tests)."""
         return Link(self.bandwidth * factor, self.latency, self.energy,
-                    None if self.sustained is None else self.sustained * factor)
+                    None if self.sustained is None else self.sustained * factor,
+                    None if self.sustained_all_reduce is None else self.sustained_all_reduce * factor)
 
 
 @dataclass(frozen=True)
@@ -121,11 +131,12 @@ class _Placed:
 
 
 def all_reduce(ic: Interconnect, group: Group, nbytes: float) -> float:
-    """Within a node: the faster of ring and tree. Across k nodes: reduce-scatter within
-    the node, all-reduce of S/q across nodes (ring or tree), all-gather within the node."""
+    """Within a node: the faster of ring and tree, at the node's all-reduce rate
+    (:meth:`Link.for_all_reduce`). Across k nodes: reduce-scatter within the node,
+    all-reduce of S/q across nodes (ring or tree), all-gather within the node."""
     p = _Placed(ic, group)
     if p.k == 1:
-        return flat_all_reduce(nbytes, p.q, p.node)
+        return flat_all_reduce(nbytes, p.q, p.node.for_all_reduce())
     return 2 * ring_gather(nbytes, p.q, p.node) + flat_all_reduce(nbytes / p.q, p.k, p.cluster)
 
 

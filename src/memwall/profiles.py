@@ -422,6 +422,10 @@ LINK = Table("[interconnect.<node|cluster>]", (
           "bus bandwidth at large messages, turned into the per-device rate of the link model), at most "
           "`bandwidth`; every collective's bandwidth term is charged at it (docs/timing.md, 'Devices and the "
           "interconnect'); absent: the peak", parse=_byte_rate, unit=_BW, figure="required"),
+    Field("sustained_all_reduce", "any", "the bus bandwidth NCCL's all-reduce is measured to reach among the "
+          "devices of one node, where it differs from `sustained` (NVLink SHARP, NVLS: the switch reduces, so it "
+          "can exceed the wire's peak, at most twice it); absent: `sustained`", parse=_byte_rate, unit=_BW,
+          figure="required"),
     Field("energy", "any", "energy per bit one device sends over this link (SerDes, switch, NIC where "
           "sourced)", parse=_energy_per_bit, unit="energy per bit (`'1.3 pJ/bit'`)", figure="required"),
     Field("note", "str", "free text"),
@@ -876,7 +880,8 @@ def _interconnect(values: Mapping[str, Any]) -> Interconnect | None:
         return None
 
     def link(t: Mapping[str, Any] | None) -> Link | None:
-        return None if t is None else Link(t["bandwidth"], t["latency"], t.get("energy"), t.get("sustained"))
+        return None if t is None else Link(t["bandwidth"], t["latency"], t.get("energy"), t.get("sustained"),
+                                           t.get("sustained_all_reduce"))
 
     node = link(table["node"])
     assert node is not None
@@ -947,7 +952,9 @@ SUSTAINED = ("sustained", "sustained_read", "sustained_copy")  # [memory]'s meas
 # Each peak a what-if may move, and the figures stated against it (a link's measured
 # collective rate follows its peak as memory's sustained rates follow theirs).
 FOLLOWS = {"memory.bandwidth": FOLLOW_BANDWIDTH,
-           **{f"interconnect.{link}.bandwidth": (f"interconnect.{link}.sustained",) for link in ("node", "cluster")}}
+           **{f"interconnect.{link}.bandwidth": (f"interconnect.{link}.sustained",
+                                                 f"interconnect.{link}.sustained_all_reduce")
+              for link in ("node", "cluster")}}
 
 
 def _at(values: Any, dotted: str) -> Any:
@@ -1068,6 +1075,11 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
             problems.add(f"sustained bandwidth {link['sustained']:.4g} B/s is above the link's peak "
                          f"{link['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's",
                          f"interconnect.{name}.sustained")
+        if isinstance(link, dict) and _number(link.get("sustained_all_reduce")) and _number(link.get("bandwidth")) \
+                and link["sustained_all_reduce"] > 2 * link["bandwidth"] * (1 + 1e-9):
+            problems.add(f"all-reduce bus bandwidth {link['sustained_all_reduce']:.4g} B/s is above twice the "
+                         f"link's peak {link['bandwidth']:.4g} B/s: even a reduction in the switch sends and "
+                         "receives each byte once", f"interconnect.{name}.sustained_all_reduce")
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)

@@ -239,6 +239,10 @@ def _interconnect_lines(m: profiles.Machine) -> list[str]:
                     m, f"interconnect.{name}.sustained",
                     f"{format_byte_rate(link.sustained)} per direction ({link.sustained / link.bandwidth:.0%} of the "
                     "peak; the collectives' rate)"))
+            if link.sustained_all_reduce is not None:
+                out.append(f"  {name:7} all-reduce " + _figure_text(
+                    m, f"interconnect.{name}.sustained_all_reduce",
+                    f"{format_byte_rate(link.sustained_all_reduce)} bus bandwidth (an all-reduce within one node)"))
             out.append(f"  {name:7} latency   " + _figure_text(m, f"interconnect.{name}.latency",
                                                           format_time(link.latency)))
     return out
