@@ -93,13 +93,15 @@ def test_several_devices_sum_their_energy() -> None:
     assert e2["tokens_per_joule"] == pytest.approx(2 * 2 * 256 / e2["joules"])
 
 
-def test_links_carry_what_the_hierarchical_collectives_send() -> None:
+def test_links_carry_what_the_collectives_send() -> None:
     ic = Interconnect("t", 8, Link(1e11, 1e-6), Link(1e10, 1e-5))
     within = sent_by_link(ic, "all-reduce", Group(8), 1e6)
     assert within == {"node": pytest.approx(bus_bytes("all-reduce", 8, 1e6)), "cluster": 0.0}
-    across = sent_by_link(ic, "all-reduce", Group(32), 1e6)  # 4 nodes of 8
-    assert across["node"] == pytest.approx(2 * 7 / 8 * 1e6)
-    assert across["cluster"] == pytest.approx(2 * 3 / 4 * 1e6 / 8)
+    # 4 nodes of 8: one ring through all 32, each device the NIC exit of one of 8 channels
+    across = sent_by_link(ic, "all-reduce", Group(32), 1e6)
+    assert across["node"] == pytest.approx(2 * 31 / 32 * 1e6 * 7 / 8)
+    assert across["cluster"] == pytest.approx(2 * 31 / 32 * 1e6 / 8)
+    assert across["node"] + across["cluster"] == pytest.approx(bus_bytes("all-reduce", 32, 1e6))
     assert sent_by_link(ic, "p2p", Group(2, 8), 5.0) == {"node": 0.0, "cluster": 5.0}
     a2a = sent_by_link(ic, "all-to-all", Group(16), 1600.0)
     assert a2a == {"node": pytest.approx(7 / 16 * 1600), "cluster": pytest.approx(8 / 16 * 1600)}

@@ -27,8 +27,9 @@ def test_every_collective_is_charged_at_the_sustained_rate() -> None:
     assert ic.ring_all_reduce(S, n, MEASURED) == pytest.approx(2 * (n - 1) * 2e-6 + 2 * (n - 1) / n * S / 230e9)
     box = Interconnect("test", 8, MEASURED, Link(25e9, 5e-6, sustained=20e9))
     assert ic.all_gather(box, Group(n), S) == pytest.approx((n - 1) * 2e-6 + (n - 1) / n * S / 230e9)
-    # across 4 nodes: the node part at the node's measured rate, the cluster part at the cluster's
-    want = 2 * (7 * 2e-6 + 7 / 8 * S / 230e9) + ic.flat_all_reduce(S / 8, 4, Link(20e9, 5e-6))
+    # across 4 nodes: one ring at the slower of the node's measured rate and its NICs' (8 x 20 GB/s)
+    bandwidth = 2 * 31 / 32 * S / min(230e9, 8 * 20e9)
+    want = min(2 * (28 * 2e-6 + 3 * 5e-6), 2 * (7 * 2e-6 + 2 * 5e-6)) + bandwidth
     assert ic.all_reduce(box, Group(32), S) == pytest.approx(want)
     assert ic.p2p(box, 8, S) == pytest.approx(5e-6 + S / 20e9)
     # a link stating none runs at its peak
@@ -113,8 +114,9 @@ def test_an_all_reduce_within_a_node_runs_at_the_nodes_measured_all_reduce_rate(
     assert ic.all_reduce(box, Group(n), S) == pytest.approx(want)
     assert ic.all_reduce(box, Group(n), S) < ic.ring_all_reduce(S, n, Link(450e9, 2e-6))
     assert ic.all_gather(box, Group(n), S) == pytest.approx((n - 1) * 2e-6 + (n - 1) / n * S / 370e9)
-    # across nodes the hierarchical all-reduce's node passes are gathers: the ring rate
-    across = 2 * ic.ring_gather(S, 8, nvls) + ic.flat_all_reduce(S / 8, 4, Link(50e9, 5e-6, sustained=48e9))
+    # across nodes NCCL's ring or tree through every device: the node's ring rate, not NVLS's
+    bandwidth = 2 * 31 / 32 * S / min(370e9, 8 * 48e9)
+    across = min(2 * (28 * 2e-6 + 3 * 5e-6), 2 * (7 * 2e-6 + 2 * 5e-6)) + bandwidth
     assert ic.all_reduce(box, Group(32), S) == pytest.approx(across)
     assert nvls.scaled(2.0).sustained_all_reduce == 960e9
 

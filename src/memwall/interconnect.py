@@ -5,8 +5,10 @@ algorithm step), :class:`Interconnect` (a profile's ``[interconnect]``: devices 
 the link within a node and the link across nodes), :class:`Group` (the devices of one
 collective, placed on nodes by their rank stride) and the closed forms of
 ``docs/timing.md``, "Devices and the interconnect": ring and tree all-reduce, all-gather,
-reduce-scatter, all-to-all and point-to-point, each hierarchical when its group spans
-nodes; the 1F1B pipeline bubble, plain or interleaved (:func:`bubble_fraction`); ZeRO's bytes per parameter
+reduce-scatter, all-to-all and point-to-point; a ring or tree that spans nodes as NCCL's
+own tuning model times it (one ring through every device, its steps at the latency of the
+hop they cross, its bandwidth the slower of the node's link and the node's share of its
+NICs); the 1F1B pipeline bubble, plain or interleaved (:func:`bubble_fraction`); ZeRO's bytes per parameter
 (:func:`zero_bytes_per_parameter`). Every function is pure: seconds from bytes, devices
 and links, nothing from the engine.
 
@@ -130,20 +132,50 @@ class _Placed:
         self.cluster = ic.cluster or ic.node
 
 
+def _spanning(p: _Placed) -> tuple[int, float]:
+    """A group over k > 1 nodes as NCCL's ring sees it (its tuning model, nccl_2_7_5
+    tuning.cc): n devices, and the seconds per byte of the ring, 1 / min(beta_node,
+    q x beta_cluster): every step is pipelined through the NVLink hops and the node's q
+    NICs at once, so the slower of the two carries the bytes."""
+    n = p.q * p.k
+    return n, 1.0 / min(p.node.rate, p.q * p.cluster.rate)
+
+
+def _ring_steps(p: _Placed, passes: int) -> float:
+    """The latency of ``passes`` passes of one ring through all n devices of k nodes:
+    per pass (n - k) steps between devices of a node at the node's alpha and (k - 1)
+    between nodes at the cluster's (NCCL's nsteps - nInterSteps and nInterSteps)."""
+    n = p.q * p.k
+    return passes * ((n - p.k) * p.node.latency + (p.k - 1) * p.cluster.latency)
+
+
 def all_reduce(ic: Interconnect, group: Group, nbytes: float) -> float:
     """Within a node: the faster of ring and tree, at the node's all-reduce rate
-    (:meth:`Link.for_all_reduce`). Across k nodes: reduce-scatter within the node,
-    all-reduce of S/q across nodes (ring or tree), all-gather within the node."""
+    (:meth:`Link.for_all_reduce`). Across k nodes, as NCCL's tuner times its two
+    algorithms, the faster of: a ring through all n devices, 2 (n-k) alpha_node +
+    2 (k-1) alpha_cluster + 2 (n-1)/n . S / beta; a tree (a chain in each node, a double
+    binary tree across nodes), 2 [(q-1) alpha_node + ceil(log2 k) alpha_cluster] +
+    2 (n-1)/n . S / beta; beta = min(beta_node, q beta_cluster)."""
     p = _Placed(ic, group)
     if p.k == 1:
         return flat_all_reduce(nbytes, p.q, p.node.for_all_reduce())
-    return 2 * ring_gather(nbytes, p.q, p.node) + flat_all_reduce(nbytes / p.q, p.k, p.cluster)
+    n, per_byte = _spanning(p)
+    bandwidth = 2 * (n - 1) / n * nbytes * per_byte
+    ring = _ring_steps(p, 2) + bandwidth
+    tree = 2 * ((p.q - 1) * p.node.latency + math.ceil(math.log2(p.k)) * p.cluster.latency) + bandwidth
+    return min(ring, tree)
 
 
 def all_gather(ic: Interconnect, group: Group, nbytes: float) -> float:
-    """Gather pieces of S/n into S: across nodes first (S/q per device), then within the node."""
+    """Gather pieces of S/n into S. Within a node: a ring, (q-1) alpha + (q-1)/q . S / beta.
+    Across k nodes: NCCL's one ring through all n devices (the only algorithm its
+    all-gather had before PAT, and still the one for several devices a node),
+    (n-k) alpha_node + (k-1) alpha_cluster + (n-1)/n . S / min(beta_node, q beta_cluster)."""
     p = _Placed(ic, group)
-    return ring_gather(nbytes / p.q, p.k, p.cluster) + ring_gather(nbytes, p.q, p.node)
+    if p.k == 1:
+        return ring_gather(nbytes, p.q, p.node)
+    n, per_byte = _spanning(p)
+    return _ring_steps(p, 1) + (n - 1) / n * nbytes * per_byte
 
 
 def reduce_scatter(ic: Interconnect, group: Group, nbytes: float) -> float:
@@ -184,10 +216,11 @@ def collective(ic: Interconnect, kind: str, group: Group, nbytes: float) -> floa
 
 def sent_by_link(ic: Interconnect, kind: str, group: Group, nbytes: float) -> dict[str, float]:
     """Bytes one device sends over each class of link (``node``, ``cluster``) for one
-    collective, by the same hierarchical algorithms the times follow: within a node the
-    ring's (q-1)/q S per pass, across k nodes (k-1)/k of the S/q each node's device
-    carries; an all-to-all's (q-1)/n S stays on the node and (n-q)/n S leaves it. On one
-    node they add up to :func:`bus_bytes`."""
+    collective, by the same algorithms the times follow: within a node the ring's
+    (q-1)/q S per pass; across k nodes NCCL's one ring, whose q channels leave each node
+    by a different device's NIC, so a device sends (n-1)/n S per pass, 1/q of it over its
+    NIC and the rest over the node's link; an all-to-all's (q-1)/n S stays on the node
+    and (n-q)/n S leaves it. They add up to :func:`bus_bytes`."""
     p = _Placed(ic, Group(2, group.stride) if kind == "p2p" else group)
     n = p.q * p.k
     if kind == "p2p":
@@ -195,7 +228,10 @@ def sent_by_link(ic: Interconnect, kind: str, group: Group, nbytes: float) -> di
     if kind == "all-to-all":
         return {"node": (p.q - 1) / n * nbytes if n > 1 else 0.0, "cluster": (n - p.q) / n * nbytes if n > 1 else 0.0}
     passes = 2 if kind == "all-reduce" else 1
-    return {"node": passes * (p.q - 1) / p.q * nbytes, "cluster": passes * (p.k - 1) / p.k * nbytes / p.q}
+    if p.k == 1:
+        return {"node": passes * (p.q - 1) / p.q * nbytes, "cluster": 0.0}
+    sent = passes * (n - 1) / n * nbytes
+    return {"node": sent * (p.q - 1) / p.q, "cluster": sent / p.q}
 
 
 def bus_bytes(kind: str, n: int, nbytes: float) -> float:
