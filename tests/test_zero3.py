@@ -107,6 +107,20 @@ def test_serialized_gathers_wait_behind_the_reduce_scatters() -> None:
     assert shared >= 3 * (g + r - c)
 
 
+def test_a_synchronised_gathers_host_launch_is_waited_out_by_the_device() -> None:
+    # no prefetch (a bucket of one element): each unit's gather is issued at its wait, after
+    # the device is drained; its launch (2 ms a call) then holds the kernels back
+    fwd = [Unit(10, 2, 0.001, 0.005) for _ in range(3)]
+    base = Sharding(prefetch_bucket=1, synchronize=True)
+    without = zero3_replay(fwd, [], base)[0]
+    launched = zero3_replay(fwd, [], replace(base, launch=0.002))[0]
+    # every call of every unit: 3 units x 2 calls x 2 ms on the critical path
+    assert launched - without == pytest.approx(3 * 2 * 0.002)
+    # without synchronize the host runs ahead of the device: its launches hide
+    free = Sharding(prefetch_bucket=1, synchronize=False)
+    assert zero3_replay(fwd, [], replace(free, launch=0.002))[0] == zero3_replay(fwd, [], free)[0]
+
+
 # ---- the shipped policies -----------------------------------------------------------------
 
 
@@ -116,6 +130,7 @@ def test_deepspeed_and_fsdp_state_the_policies_their_code_documents() -> None:
         ("parameter", "parameter", 100_000, 50_000_000, 500_000_000)
     assert (ds.max_live, ds.max_reuse, ds.synchronize, ds.serialized, ds.list_copies) == \
         (1_000_000_000, 1_000_000_000, True, True, True)
+    assert ds.launch == pytest.approx(380e-6)  # 130 us pre-launch + 250 us launch a parameter (ds1069)
     assert (fsdp.gather, fsdp.reduce, fsdp.prefetch_depth, fsdp.prefetch_bucket) == ("unit", "unit", 1, 0)
     assert (fsdp.synchronize, fsdp.serialized, fsdp.list_copies) == (False, True, False)
     # every figure of the table carries its source

@@ -126,6 +126,9 @@ SHARDING = Table("[sharding]", (
           figure="required"),
     Field("synchronize", "bool", "true if each wait for a gather waits for the whole device (every stream, the "
           "reduce-scatters in flight included), and a reduce bucket waits for the one before it"),
+    Field("launch", "any", "host time to issue one gather call (the hooks' bookkeeping and the collective's "
+          "launch) where `synchronize` has drained the device first, so the device waits it out; absent: 0",
+          parse=_time, unit=_T, figure="required"),
     Field("serialized", "bool", "true if the gathers and the reduce-scatters run on one process group's "
           "communication stream, one after the other in the order issued"),
     Field("list_copies", "bool", "true if each call passes one tensor per group member (the list form of "
@@ -187,6 +190,7 @@ class Sharding:
     max_reuse: int = 0  # elements; 0: released after each forward
     reduce_bucket: int = 0  # elements; 0: each unit's after its backward
     synchronize: bool = False
+    launch: float = 0.0  # seconds of host time per gather call, waited out by the device (with synchronize)
     serialized: bool = False
     list_copies: bool = False
 
@@ -194,7 +198,7 @@ class Sharding:
         return {"gather": self.gather, "reduce": self.reduce, "persist_below": self.persist_below,
                 "prefetch_bucket": self.prefetch_bucket, "prefetch_depth": self.prefetch_depth,
                 "max_live": self.max_live, "max_reuse": self.max_reuse,
-                "reduce_bucket": self.reduce_bucket, "synchronize": self.synchronize,
+                "reduce_bucket": self.reduce_bucket, "synchronize": self.synchronize, "launch": self.launch,
                 "serialized": self.serialized, "list_copies": self.list_copies}
 
 
@@ -297,7 +301,7 @@ def load_framework_file(path: str | Path) -> Framework:
     kernels = values.get("kernels", {})
     sharding = IDEAL_SHARDING if shard is None else Sharding(**{
         k: shard[k] for k in ("gather", "reduce", "persist_below", "prefetch_bucket", "prefetch_depth", "max_live",
-                              "max_reuse", "reduce_bucket", "synchronize", "serialized", "list_copies")
+                              "max_reuse", "reduce_bucket", "synchronize", "launch", "serialized", "list_copies")
         if k in shard})
     return Framework(id=path.stem, name=ident["name"], version=ident["version"], dispatch=ident["dispatch"],
                      attention=ident.get("attention"),

@@ -961,6 +961,9 @@ class _Replay:
         if self.units[k].calls == 0:  # nothing to gather (persisted, or a unit of kernels only)
             self.done[k] = 0.0
             return
+        if self.policy.synchronize and self.policy.launch:
+            # the host issues each call after draining the device: the kernels wait it out
+            self.t += self.policy.launch * self.units[k].calls
         self.f = max(self.t, self.f) + self.units[k].gather
         self.done[k] = self.f
 
@@ -1031,7 +1034,9 @@ def zero3_replay(forward: Sequence[Unit], backward: Sequence[Unit], policy: Any)
     the prefetch (none while the unit has ``max_live`` elements or more): with
     ``prefetch_bucket`` B, only after a wait, the following units not yet issued until B
     elements (at least one); otherwise the next ``prefetch_depth`` units. A gather issued
-    starts at max(t, f) and ends its seconds later. Then the unit's kernels: t += c_i.
+    starts at max(t, f) and ends its seconds later; with ``synchronize`` and a ``launch``
+    time, issuing it first moves t by launch x its calls (the host issues it while the
+    drained device waits). Then the unit's kernels: t += c_i.
     Backward, its gradients go to the reduce-scatters: at once (``reduce_bucket`` 0) or,
     when the pending elements would pass the bucket, the pending ones (after waiting for
     the last bucket, with ``synchronize``); each starts at max(t, its stream). Returns
