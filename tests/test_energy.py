@@ -212,3 +212,16 @@ def test_a_memory_bound_decode_step_draws_most_of_its_dynamic_power_in_the_fabri
     e = r["energy"]["joules_by_component"]
     assert e["fabric"] > e["memory"] > e["arithmetic.bf16"]
     assert r["energy"]["watts_average"] < h100.energy.tdp
+
+
+def test_the_h200s_figures_reproduce_its_measured_roofline_sweep() -> None:
+    """gpu-roofline's H200 sweep (h200.txt): N fp64 multiply-adds per element of a stream
+    read far beyond the L2. The profile's static power, per-byte figures (the fabric's among
+    them) and fp64 vector energy, solved at the sweep's two ends, give every point's power."""
+    h200 = load_machine("h200")
+    per_byte = h200.memory.energy + sum(lv.energy for lv in h200.levels) + h200.energy.fabric
+    for watts, gbs, gflops in ((572, 3759, 940), (675, 3629, 22683), (519, 1578, 38276), (467, 989, 39827),
+                               (398, 425, 42558)):
+        priced = h200.energy.static + gbs * 1e9 * per_byte + gflops * 1e9 * h200.energy.vector["fp64"]
+        assert priced == pytest.approx(watts, rel=0.03), watts
+    assert h200.provenance["energy.vector.fp64"].status == "measured"
