@@ -20,7 +20,7 @@ exchanges. A group of ``n`` devices with ``q`` on each node spans ``k = n / q`` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import InputError
 
@@ -50,14 +50,16 @@ class Link:
         bandwidth can exceed the wire's), else as every collective."""
         if self.sustained_all_reduce is None:
             return self
-        return Link(self.bandwidth, self.latency, self.energy, self.sustained_all_reduce)
+        return replace(self, sustained=self.sustained_all_reduce, sustained_all_reduce=None)
 
     def scaled(self, factor: float) -> Link:
         """The same link with ``factor`` times the bandwidth, its measured rates moved with
         it (what-if and invariant tests)."""
-        return Link(self.bandwidth * factor, self.latency, self.energy,
-                    None if self.sustained is None else self.sustained * factor,
-                    None if self.sustained_all_reduce is None else self.sustained_all_reduce * factor)
+        def times(rate: float | None) -> float | None:
+            return None if rate is None else rate * factor
+
+        return replace(self, bandwidth=self.bandwidth * factor, sustained=times(self.sustained),
+                       sustained_all_reduce=times(self.sustained_all_reduce))
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class _Placed:
             raise InputError(f"a group needs at least one device and a stride of one, got {group}", field="parallel")
         self.q = group.per_node(ic.devices_per_node)
         self.k = group.nodes(ic.devices_per_node)
+        self.n = self.q * self.k
         self.node = ic.node
         if self.k > 1 and ic.cluster is None:
             raise InputError(f"machine {ic.machine!r} describes one node of {ic.devices_per_node} devices: a group "
@@ -132,21 +135,20 @@ class _Placed:
         self.cluster = ic.cluster or ic.node
 
 
-def _spanning(p: _Placed) -> tuple[int, float]:
-    """A group over k > 1 nodes as NCCL's ring sees it (its tuning model, nccl_2_7_5
-    tuning.cc): n devices, and the seconds per byte of the ring, 1 / min(beta_node,
-    q x beta_cluster): every step is pipelined through the NVLink hops and the node's q
-    NICs at once, so the slower of the two carries the bytes."""
-    n = p.q * p.k
-    return n, 1.0 / min(p.node.rate, p.q * p.cluster.rate)
+def _spanning_bytes(p: _Placed, passes: int, nbytes: float) -> float:
+    """The bandwidth term of ``passes`` passes of NCCL's ring or tree over k > 1 nodes (its
+    tuning model, nccl_2_7_5 tuning.cc): passes (n-1)/n S / min(beta_node, q beta_cluster),
+    every step pipelined through the NVLink hops and the node's q NICs at once, so the
+    slower of the two carries the bytes."""
+    return passes * (p.n - 1) / p.n * nbytes / min(p.node.rate, p.q * p.cluster.rate)
 
 
-def _ring_steps(p: _Placed, passes: int) -> float:
-    """The latency of ``passes`` passes of one ring through all n devices of k nodes:
-    per pass (n - k) steps between devices of a node at the node's alpha and (k - 1)
-    between nodes at the cluster's (NCCL's nsteps - nInterSteps and nInterSteps)."""
-    n = p.q * p.k
-    return passes * ((n - p.k) * p.node.latency + (p.k - 1) * p.cluster.latency)
+def _spanning_ring(p: _Placed, passes: int, nbytes: float) -> float:
+    """``passes`` passes of one ring through all n devices of k > 1 nodes: per pass (n - k)
+    steps between devices of a node at the node's alpha and (k - 1) between nodes at the
+    cluster's (NCCL's nsteps - nInterSteps and nInterSteps), and the bytes."""
+    steps = passes * ((p.n - p.k) * p.node.latency + (p.k - 1) * p.cluster.latency)
+    return steps + _spanning_bytes(p, passes, nbytes)
 
 
 def all_reduce(ic: Interconnect, group: Group, nbytes: float) -> float:
@@ -159,11 +161,8 @@ def all_reduce(ic: Interconnect, group: Group, nbytes: float) -> float:
     p = _Placed(ic, group)
     if p.k == 1:
         return flat_all_reduce(nbytes, p.q, p.node.for_all_reduce())
-    n, per_byte = _spanning(p)
-    bandwidth = 2 * (n - 1) / n * nbytes * per_byte
-    ring = _ring_steps(p, 2) + bandwidth
-    tree = 2 * ((p.q - 1) * p.node.latency + math.ceil(math.log2(p.k)) * p.cluster.latency) + bandwidth
-    return min(ring, tree)
+    tree = 2 * ((p.q - 1) * p.node.latency + math.ceil(math.log2(p.k)) * p.cluster.latency)
+    return min(_spanning_ring(p, 2, nbytes), tree + _spanning_bytes(p, 2, nbytes))
 
 
 def all_gather(ic: Interconnect, group: Group, nbytes: float) -> float:
@@ -174,8 +173,7 @@ def all_gather(ic: Interconnect, group: Group, nbytes: float) -> float:
     p = _Placed(ic, group)
     if p.k == 1:
         return ring_gather(nbytes, p.q, p.node)
-    n, per_byte = _spanning(p)
-    return _ring_steps(p, 1) + (n - 1) / n * nbytes * per_byte
+    return _spanning_ring(p, 1, nbytes)
 
 
 def reduce_scatter(ic: Interconnect, group: Group, nbytes: float) -> float:
@@ -187,7 +185,7 @@ def all_to_all(ic: Interconnect, group: Group, nbytes: float) -> float:
     """Each device sends S/n to every other: (q-1) alpha_node + (q-1)/n . S / beta_node
     within the node, then (k-1) alpha_cluster + (n-q)/n . S / beta_cluster across."""
     p = _Placed(ic, group)
-    n = p.q * p.k
+    n = p.n
     if n == 1:
         return 0.0
     within = (p.q - 1) * p.node.latency + (p.q - 1) / n * nbytes / p.node.rate
@@ -222,7 +220,7 @@ def sent_by_link(ic: Interconnect, kind: str, group: Group, nbytes: float) -> di
     NIC and the rest over the node's link; an all-to-all's (q-1)/n S stays on the node
     and (n-q)/n S leaves it. They add up to :func:`bus_bytes`."""
     p = _Placed(ic, Group(2, group.stride) if kind == "p2p" else group)
-    n = p.q * p.k
+    n = p.n
     if kind == "p2p":
         return {"node": nbytes, "cluster": 0.0} if p.k == 1 else {"node": 0.0, "cluster": nbytes}
     if kind == "all-to-all":

@@ -949,6 +949,13 @@ WHAT_IF_SOURCE = "what_if"
 # (docs/timing.md, "Sustained bandwidth"). --set paths.
 FOLLOW_BANDWIDTH = ("memory.sustained", "memory.sustained_read", "memory.sustained_copy", "schedule.bytes_in_flight")
 SUSTAINED = ("sustained", "sustained_read", "sustained_copy")  # [memory]'s measured stream rates
+# A link's measured rates against its peak: (key, at most this many times the peak, what
+# the figure is, why the limit).
+LINK_RATE_LIMITS = (
+    ("sustained", 1, "sustained bandwidth", "a measured rate cannot exceed the datasheet's"),
+    ("sustained_all_reduce", 2, "all-reduce bus bandwidth",
+     "even a reduction in the switch sends and receives each byte once"),
+)
 # Each peak a what-if may move, and the figures stated against it (a link's measured
 # collective rate follows its peak as memory's sustained rates follow theirs).
 FOLLOWS = {"memory.bandwidth": FOLLOW_BANDWIDTH,
@@ -1070,16 +1077,12 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
                          f"{memory['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's{slip}",
                          f"memory.{name}")
     for name, link in values.get("interconnect", {}).items():
-        if isinstance(link, dict) and _number(link.get("sustained")) and _number(link.get("bandwidth")) \
-                and link["sustained"] > link["bandwidth"] * (1 + 1e-9):
-            problems.add(f"sustained bandwidth {link['sustained']:.4g} B/s is above the link's peak "
-                         f"{link['bandwidth']:.4g} B/s: a measured rate cannot exceed the datasheet's",
-                         f"interconnect.{name}.sustained")
-        if isinstance(link, dict) and _number(link.get("sustained_all_reduce")) and _number(link.get("bandwidth")) \
-                and link["sustained_all_reduce"] > 2 * link["bandwidth"] * (1 + 1e-9):
-            problems.add(f"all-reduce bus bandwidth {link['sustained_all_reduce']:.4g} B/s is above twice the "
-                         f"link's peak {link['bandwidth']:.4g} B/s: even a reduction in the switch sends and "
-                         "receives each byte once", f"interconnect.{name}.sustained_all_reduce")
+        if not isinstance(link, dict) or not _number(link.get("bandwidth")):
+            continue
+        for key, times, what, why in LINK_RATE_LIMITS:
+            if _number(link.get(key)) and link[key] > times * link["bandwidth"] * (1 + 1e-9):
+                problems.add(f"{what} {link[key]:.4g} B/s is above {'twice ' if times == 2 else ''}the link's peak "
+                             f"{link['bandwidth']:.4g} B/s: {why}", f"interconnect.{name}.{key}")
     levels = levels_from(values.get("level", []), problems)
     _check_kind(values, problems)
     _check_schedule(values, levels, problems)
