@@ -15,7 +15,7 @@ Code running without the GIL reports trouble in ``engine_t.err``; the caller rai
 cimport cython
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from _types cimport addr_t, flag_t, index_t, size_t32
 from _structs cimport *
@@ -1908,6 +1908,77 @@ cdef class Engine:
         out += (self.e.mem.reads, self.e.mem.writes, self.e.mem.bytes_read, self.e.mem.bytes_written,
                 self.e.accesses)
         return tuple(out)
+
+    def state_digest(self):
+        """What every later replay's counters depend on, hashed: per level, each set's valid
+        lines with their dirty bits and their ages (the clock now minus the line's stamp),
+        whichever ways hold them. Two hierarchies of the same geometry with equal digests
+        count any later trace alike, bit for bit: the policy reads a set's lines in stamp
+        order only, and equal ages give equal orders. (Equal ages are more than that needs:
+        two states in the same order at other ages digest apart, and are merely not found
+        equal.) Two 64-bit lanes a level, each a sum over the sets of a mix of the set's
+        index and its lines' (order-free) sum: 128 bits, so two different states digest
+        alike with a chance of about 2**-128. None where a level's behaviour depends on
+        more than that (random or PLRU replacement, 3C shadows, a capacity sweep)."""
+        cdef int i
+        cdef level_t *L
+        cdef uint64_t set, w, sd, base, now, wa, wb, sa, sb, la, lb, nways
+        out = []
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            if L.stack or L.classify or (L.policy != POLICY_LRU and L.policy != POLICY_FIFO):
+                return None
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            now = L.clock >> 1
+            nways = L.ways
+            la = lb = 0
+            with nogil:
+                for set in range(L.sets):
+                    base = set * nways
+                    sa = sb = 0
+                    for w in range(nways):
+                        sd = L.way[base + w].sd
+                        if sd == 0:
+                            continue
+                        wa = hash64(L.way[base + w].tag * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL)
+                        wb = hash64(L.way[base + w].tag ^ 0xD6E8FEB86659FD93ULL)
+                        sa += hash64(wa ^ (((now - (sd >> 1)) << 1) | (sd & 1)))
+                        sb += hash64(wb + ((((now - (sd >> 1)) << 1) | (sd & 1)) * 0xBF58476D1CE4E5B9ULL))
+                    la += hash64(sa ^ (set * 0x94D049BB133111EBULL))
+                    lb += hash64(sb + set + 0x2545F4914F6CDD1DULL)
+            out.append(la)
+            out.append(lb)
+        return np.array(out, dtype=np.uint64).tobytes()
+
+    def copy_state_from(self, Engine other):
+        """Take ``other``'s cache contents (ways, replacement state, clocks), keeping this
+        engine's own counters: ``other`` must have the same levels (geometry and policies)."""
+        cdef int i
+        cdef level_t *L
+        cdef level_t *O
+        if other.e.n != self.e.n:
+            raise ValueError("copy_state_from: the hierarchies differ in their levels")
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            O = &other.e.levels[i]
+            if (L.sets != O.sets or L.ways != O.ways or L.line_bytes != O.line_bytes or L.policy != O.policy
+                    or L.write_through != O.write_through or L.inclusion != O.inclusion):
+                raise ValueError(f"copy_state_from: level {i} differs in its geometry or policies")
+            if L.stack or L.classify or O.stack or O.classify:
+                raise ValueError("copy_state_from: a capacity-sweep or 3C level holds more than its ways")
+        for i in range(self.e.n):
+            L = &self.e.levels[i]
+            O = &other.e.levels[i]
+            memcpy(L.way, O.way, L.sets * L.ways * sizeof(way_t))
+            memcpy(L.plru, O.plru, L.sets * (L.ways - 1) if L.ways > 1 else 1)
+            if L.dirty_sets != NULL:
+                memcpy(L.dirty_sets, O.dirty_sets, ((L.sets + 63) >> 6) * sizeof(uint64_t))
+            L.clock = O.clock
+            L.rng = O.rng
+            L.mru_valid = O.mru_valid
+            L.mru_line = O.mru_line
+            L.mru_idx = O.mru_idx
 
     def stack_counts(self, int level):
         """A capacity-sweep level's counts, numpy arrays over ways W = 0 .. depth: ``read``,

@@ -332,6 +332,20 @@ class Hierarchy:
         return HierarchyCounters(levels, MemoryCounters(*diff[tail:tail + 4]), diff[tail + 4])
 
 
+    def state_digest(self) -> bytes | None:
+        """What every later replay's counters depend on (each set's lines, dirty bits and
+        ages), hashed to 128 bits a level: two hierarchies with equal digests count any later
+        trace alike. None where replacement is random or PLRU, or with 3C shadows (their
+        state is more than the ways)."""
+        return self._engine.state_digest()
+
+    def copy_state_from(self, other: Hierarchy) -> None:
+        """Take ``other``'s cache contents, keeping these counters (the same levels only)."""
+        if self.levels != other.levels:
+            raise InputError("copy_state_from: the hierarchies' levels differ")
+        self._engine.copy_state_from(other._engine)
+
+
 class CapacitySweep(Hierarchy):
     """One replay that counts a level at every capacity of its line size and set count.
 
