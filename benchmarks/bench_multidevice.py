@@ -14,7 +14,10 @@ full checkpointing), in one process, one case after another:
   lowering, the communication worked out once); best of --repeat each, interleaved; the
   result JSON of before must equal after's bit for bit;
 - shapes: the opt-in approximation (run_parallel(..., reuse_shapes=True)) cold, and its
-  error: predicted seconds / exact - 1.
+  error: predicted seconds / exact - 1;
+- with --stages-apart: the cold case again with each pipeline stage replayed on its own
+  (replay.REUSE_STAGES False: no runs shared between the stages), its CPU seconds beside
+  the cold run's and its result, which must equal the cold run's bit for bit.
 
 Times are this process's CPU seconds (time.process_time, every thread's), which a shared
 machine's load moves far less than wall time; the cold run's wall time is printed beside
@@ -23,6 +26,7 @@ with --one-thread the cold run's wall time with them one after another (the resu
 the same), and the load (1-minute average) at the start and the end.
 
     python benchmarks/bench_multidevice.py [--only SUBSTRING] [--no-shapes] [--repeat 2] [--one-thread]
+                                           [--stages-apart]
 """
 
 from __future__ import annotations
@@ -54,12 +58,13 @@ def cases() -> list[Case]:
 
 
 def _timed(case: Case, *, exact_reuse: bool = True, shapes: bool = False, cold: bool = False,
-           wall: list[float] | None = None) -> tuple[float, dict]:
+           wall: list[float] | None = None, stages_apart: bool = False) -> tuple[float, dict]:
     if cold:
         R._REPLAYED.clear()
     R._DEMAND.clear()
     D.REUSE_TIMED = exact_reuse
     R.DEMAND_KEPT = KEPT if exact_reuse else 0
+    R.REUSE_STAGES = not stages_apart
     try:
         start, clock = time.process_time(), time.perf_counter()
         r = D.run_parallel(case, load_machine(case.machine), reuse_shapes=True) if shapes else run_case(case)
@@ -67,7 +72,7 @@ def _timed(case: Case, *, exact_reuse: bool = True, shapes: bool = False, cold: 
             wall.append(time.perf_counter() - clock)
         return time.process_time() - start, r.to_json()
     finally:
-        D.REUSE_TIMED, R.DEMAND_KEPT = True, KEPT
+        D.REUSE_TIMED, R.DEMAND_KEPT, R.REUSE_STAGES = True, KEPT, True
 
 
 def label(c: Case) -> str:
@@ -82,6 +87,8 @@ def main() -> None:
     parser.add_argument("--only", help="cases whose label contains this")
     parser.add_argument("--no-shapes", action="store_true", help="leave out the reuse_shapes approximation")
     parser.add_argument("--repeat", type=int, default=2, help="timing before/after: best of this many each")
+    parser.add_argument("--stages-apart", action="store_true",
+                        help="also the cold case with each pipeline stage replayed on its own (CPU seconds)")
     parser.add_argument("--one-thread", action="store_true",
                         help="also the cold case with its stage kinds replayed one after another (its wall time)")
     args = parser.parse_args()
@@ -89,10 +96,11 @@ def main() -> None:
     print(f"load at start {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {len(todo)} cases")
     one_thread = f"{'1-thread wall s':>15} " if args.one_thread else ""
     shapes = "" if args.no_shapes else f"{'shapes s':>8} {'ratio':>6} {'error':>8}"
-    print(f"{one_thread}{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
+    apart_head = f"{'apart s':>7} {'ratio':>6} " if args.stages_apart else ""
+    print(f"{one_thread}{apart_head}{'wall s':>6} {'cold s':>7} {'timing before s':>15} {'after s':>7} {'ratio':>6} {'equal':>5} "
           f"{shapes}  case")
     worst = 0.0
-    totals = [0.0, 0.0, 0.0, 0.0]
+    totals = [0.0, 0.0, 0.0, 0.0, 0.0]
     over, over_wall = [], []
     for c in todo:
         wall: list[float] = []
@@ -105,6 +113,12 @@ def main() -> None:
                 R.REPLAY_THREADS = None
             one = f"{wall.pop():15.2f} "
         tc, jc = _timed(c, cold=True, wall=wall)
+        apart = ""
+        if args.stages_apart:
+            tp, jp = _timed(c, cold=True, stages_apart=True)
+            assert json.dumps(jp, sort_keys=True) == json.dumps(jc, sort_keys=True), "sharing stages changed a result"
+            totals[4] += tp
+            apart = f"{tp:7.2f} {tp / tc:5.2f}x "
         if args.one_thread:
             assert json.dumps(j1, sort_keys=True) == json.dumps(jc, sort_keys=True), "threads changed a result"
         tb = ta = float("inf")
@@ -122,7 +136,7 @@ def main() -> None:
             over.append(label(c))
         if wall[0] > (5.0 if c is GPT3 else 2.0):
             over_wall.append(label(c))
-        line = f"{one}{wall[0]:6.2f} {tc:7.2f} {tb:15.2f} {ta:7.2f} {tb / ta:5.2f}x {'yes' if equal else 'NO':>5}"
+        line = f"{one}{apart}{wall[0]:6.2f} {tc:7.2f} {tb:15.2f} {ta:7.2f} {tb / ta:5.2f}x {'yes' if equal else 'NO':>5}"
         if not args.no_shapes:
             ts, js = _timed(c, shapes=True, cold=True)
             err = js["seconds"] / jc["seconds"] - 1
@@ -134,6 +148,9 @@ def main() -> None:
           f"({totals[1] / totals[2]:.2f}x)" + ("" if args.no_shapes else
                                                f"; reuse_shapes cold {totals[3]:.1f} s ({totals[0] / totals[3]:.2f}x), "
                                                f"worst error {worst:.3%}"))
+    if args.stages_apart:
+        print(f"cold with each stage apart {totals[4]:.1f} s, sharing their runs {totals[0]:.1f} s "
+              f"({totals[4] / totals[0]:.2f}x), every result equal bit for bit")
     print(f"over target (2 s a case, 5 s GPT-3 on 1,024): {len(over)} of {len(todo)} in CPU seconds, "
           f"{len(over_wall)} in wall seconds (stage kinds side by side on {R.replay_threads()} threads)")
     print(f"load at end {os.getloadavg()[0]:.2f}")

@@ -5,7 +5,8 @@ The layer writes no files, starts no process and draws nothing: :func:`run_case`
 takes a :class:`memwall.options.Case` and gives a :class:`Result`. Its modules, in the
 order a case passes through them: ``step`` (the step the case's options build),
 ``plan`` (what to replay, the cost guard, the steps and plans a process keeps),
-``replay`` (the engine), ``timed`` (the timing), ``result`` (the typed result) and
+``replay`` (the engine; ``reuse``: a pipeline's stages sharing their layers' runs),
+``timed`` (the timing), ``result`` (the typed result) and
 ``verdict`` (its one line), ``devices`` (the same road over dp x tp x pp devices),
 ``case`` (:func:`run_case`); ``row`` and ``checks`` turn cases and results into a sweep's
 rows and check a sweep's cases before any runs.

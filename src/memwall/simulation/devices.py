@@ -18,7 +18,7 @@ from ..options import Case
 from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
-from .plan import check_cost, plan_replay
+from .plan import check_cost, plan_stages
 from .replay import _ticker, replay_by_shape, replay_plans
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
@@ -64,7 +64,7 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
     k = config.accumulate
     steps = device_steps(network, config, par)
     fallback = dtype_fallback(machine, steps[0][1], asked=case.dtype is not None, allow=allow_fallback)
-    plans = [plan_replay(machine, st, exact=exact) for _, st in steps]
+    plans = plan_stages(machine, [st for _, st in steps], exact=exact)
     total = sum(p.lookups for p in plans)
     check_cost(replace(plans[0], lookups=total), max_lookups, exact=exact)
     share = 1.0 / par.replicas if par.zero >= 1 and config.training else 1.0

@@ -78,6 +78,7 @@ class ReplayPlan:
     replays: list[list[tuple[LoopNest | None, LoopNest, float]]]
     lookups: int
     line: int
+    whole: int = 0  # first-level line lookups of one pass of the whole step, unsampled
 
     @property
     def seconds(self) -> float:
@@ -85,7 +86,8 @@ class ReplayPlan:
         return self.lookups / ENGINE_RATE
 
 
-def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayPlan:
+def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int | None = None,
+                lowered: list[Lowered] | None = None) -> ReplayPlan:
     """Lower every kernel and decide what to replay (sampled, or whole when ``exact``).
 
     When the step's peak live bytes are at most twice the caches' total size, the kernel
@@ -94,10 +96,16 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
     needs more than ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data
     takes at least twice the caches gets its share of the budget (at least
     ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
+
+    ``whole`` (default: this step's own) is the step size the budget is shared over: the
+    stages of one pipeline are given their largest, so a kernel that two stages run is
+    sampled alike in both (:func:`memwall.simulation.reuse.replay_stages` may then reuse
+    its counters). ``lowered``: the kernels already lowered for this machine.
     """
     levels = machine.cache_levels
     line = levels[0].line if levels else 64
-    lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
+    if lowered is None:
+        lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
     if not levels:  # nothing to replay: replay_step counts the streams (exact, never sampled)
         return ReplayPlan(lowered=lowered, passes=1, replays=[[(None, nest, 1.0) for nest in low.nests]
                                                               for low in lowered], lookups=0, line=line)
@@ -107,7 +115,8 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
     passes = 2 if levels and step.ledger.peak <= 2 * cache_bytes else 1
     sizes = [[nest.line_lookups(line) for nest in low.nests] for low in lowered]
     total = sum(map(sum, sizes))
-    share = 0.0 if exact or total <= STEP_BUDGET else STEP_BUDGET / total
+    shared = max(total, whole or 0)
+    share = 0.0 if exact or shared <= STEP_BUDGET else STEP_BUDGET / shared
     replays = []
     lookups = 0
     for kernel, low, nest_sizes in zip(step.kernels, lowered, sizes, strict=True):
@@ -122,7 +131,17 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False) -> ReplayP
             lookups += n if counted is nest else (
                 counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0))
         replays.append(row)
-    return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
+    return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line,
+                      whole=total)
+
+
+def plan_stages(machine: Machine, steps: list[Step], *, exact: bool = False) -> list[ReplayPlan]:
+    """:func:`plan_replay` of each stage of a pipeline, the budget shared over the largest
+    stage's size, so that every stage samples a kernel they share alike."""
+    plans = [plan_replay(machine, st, exact=exact) for st in steps]
+    largest = max((p.whole for p in plans), default=0)
+    return [p if p.whole == largest else plan_replay(machine, st, exact=exact, whole=largest, lowered=p.lowered)
+            for p, st in zip(plans, steps, strict=True)]
 
 
 class Prepared:

@@ -26,6 +26,7 @@ from ..profiles import Machine
 from ..streams import LoopNest
 from ..workloads.lowering import Lowered
 from .plan import CHUNK_LOOKUPS, ReplayPlan
+from .reuse import replay_stages, reusable
 
 # :func:`_demand_by_kind` by the identity of the kernel's lowering: a multi-device case
 # times each stage's kernels on its machine and on every machine its sensitivity moves a
@@ -124,7 +125,7 @@ def replay_step(machine: Machine, plan: ReplayPlan,
     hierarchy = Hierarchy(machine.cache_levels)
     counters: list[HierarchyCounters] = []
     for p in range(plan.passes):
-        counts = [_replay(hierarchy, replays, plan.line, progress) for replays in plan.replays]
+        counts = [replay_kernel(hierarchy, replays, plan.line, progress) for replays in plan.replays]
         if p == plan.passes - 1:
             counters = counts
     return counters
@@ -205,16 +206,19 @@ class _Stopped(Exception):
 
 def replay_plans(machine: Machine, plans: list[ReplayPlan],
                  progress: Callable[[int, int], Any] | None = None) -> list[list[HierarchyCounters]]:
-    """:func:`replay_once` of each plan (a multi-device step's stage kinds), the plans not
-    yet replayed in this process run side by side on :func:`replay_threads` threads. Each
-    replays on its own caches and the engine runs without the GIL, so the counters are
-    those of the plans replayed one after another, bit for bit; ``progress(done, total)``
-    counts the line lookups of all of them."""
+    """:func:`replay_once` of each plan (a multi-device step's stage kinds). The plans not
+    yet replayed in this process share what they run alike
+    (:func:`memwall.simulation.reuse.replay_stages`: exact, so the counters are those of
+    the plans replayed one after another, bit for bit); where that does not apply, they run
+    side by side on :func:`replay_threads` threads, each on its own caches, the engine
+    without the GIL. ``progress(done, total)`` counts the line lookups of all of them."""
     total = sum(p.lookups for p in plans)
     keys = [plan_digest(machine, p) if machine.cache_levels else "" for p in plans]
     todo = list(dict.fromkeys(k for k in keys if k and k not in _REPLAYED))
-    width = min(replay_threads(), len(todo))
-    if width < 2:
+    first = {k: plans[keys.index(k)] for k in todo}
+    stages = REUSE_STAGES and reusable(machine, list(first.values()))
+    width = min(replay_threads(), len(todo) - (1 if stages else 0))  # the reference stage runs first, alone
+    if width < 2 and not stages:
         out, done = [], 0
         for plan in plans:
             out.append(replay_once(machine, plan, _ticker(progress, total, done)))
@@ -224,7 +228,6 @@ def replay_plans(machine: Machine, plans: list[ReplayPlan],
     from concurrent.futures import ThreadPoolExecutor
 
     kept = {k: _REPLAYED[k] for k in keys if k in _REPLAYED}  # before a new one can push it out
-    first = {k: plans[keys.index(k)] for k in todo}
     lock, stop = threading.Lock(), threading.Event()
     done = [total - sum(p.lookups for p in first.values())]  # what is kept, or repeats a plan, replays nothing
 
@@ -236,17 +239,26 @@ def replay_plans(machine: Machine, plans: list[ReplayPlan],
                 done[0] += n
                 progress(done[0], total)
 
-    with ThreadPoolExecutor(max_workers=width) as pool:
-        try:
-            made = dict(zip(todo, pool.map(lambda k: replay_step(machine, first[k], tick), todo), strict=True))
-        except BaseException:  # Ctrl-C, or a stage that failed: the others stop at their next piece
-            stop.set()
-            raise
+    if stages:
+        shared, _ = replay_stages(machine, [first[k] for k in todo], replay_kernel, tick, threads=width, stop=stop)
+        made = dict(zip(todo, shared, strict=True))
+    else:
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            try:
+                made = dict(zip(todo, pool.map(lambda k: replay_step(machine, first[k], tick), todo), strict=True))
+            except BaseException:  # Ctrl-C, or a stage that failed: the others stop at their next piece
+                stop.set()
+                raise
     for k in kept:
         _REPLAYED.move_to_end(k)
     for k, counters in made.items():
         _keep(k, counters)
     return [made[k] if k in made else kept[k] for k in keys]
+
+
+# False: the stages of a pipeline are replayed each on its own (the benchmark's "before",
+# and the proof that sharing their runs changes no count).
+REUSE_STAGES = True
 
 
 def shape_of(row: list[tuple[LoopNest | None, LoopNest, float]]) -> tuple:
@@ -286,8 +298,8 @@ def replay_by_shape(machine: Machine, plans: list[ReplayPlan],
     return out, reused
 
 
-def _replay(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
-            progress: Callable[[int], Any] | None) -> HierarchyCounters:
+def replay_kernel(hierarchy: Hierarchy, replays: list[tuple[LoopNest | None, LoopNest, float]], line: int,
+                  progress: Callable[[int], Any] | None) -> HierarchyCounters:
     """The counters one kernel run adds, each nest replayed whole or sampled, as planned."""
     start = hierarchy.snapshot()
     if all(warm is None and scale == 1.0 for warm, _, scale in replays):  # nothing sampled: one difference

@@ -122,6 +122,8 @@ class Graph:
         self.group_format = group_format
         self.blocks: list[str] = []
         self.branched = False
+        # a pipeline stage: its layers are laid out alike in every stage (liveness.derive)
+        self.stage = False
         self.layer, self.group, self.block = -1, "", -1
 
     # ---- tensors --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .allocator import CLASSES, Allocator, TensorRef
+from .allocator import CLASSES, EDGE, Allocator, TensorRef
 from .graph import Graph, Op
 from .kernel import Kernel, Ledger
 
@@ -91,14 +91,38 @@ def lifetimes(graph: Graph) -> tuple[dict[str, int], dict[str, int | None]]:
     return alloc_before, free_after
 
 
+# Kernels outside every layer that still belong to the step as a whole, not to an edge of
+# the network: fp8's amax-and-scale update runs over every stage's cast tensors alike.
+STEP_ROLES = ("scaling",)
+
+
+def edge_tensors(graph: Graph) -> set[str]:
+    """The owning tensors of a pipeline stage (``graph.stage``) that only the network's
+    edges touch (kernels outside every layer: the embedding's, the head's, the loss's; and
+    what no kernel touches): they go to the allocator's
+    :data:`~memwall.workloads.allocator.EDGE` region, so that a stage's layers sit at the
+    same addresses whether or not it also runs an edge of the network. A step on one device
+    (or one pipeline stage of one) keeps one region, as it always did."""
+    if not graph.stage:
+        return set()
+    inner = {graph.root(t)[0] for op in graph.ops if op.layer >= 0 or op.role in STEP_ROLES for t in op.touches}
+    return {tid for tid, d in graph.tensors.items() if d.parent is None and tid not in inner}
+
+
 def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
     """The declared kernels at addresses, and the layout that put them there."""
     cls = classes(graph)
+    edge = edge_tensors(graph)
     alloc_before, free_after = lifetimes(graph)
     starts: dict[int, list[str]] = {}
     ends: dict[int, list[str]] = {}
-    for tid, j in alloc_before.items():  # declaration order within a kernel
-        starts.setdefault(j, []).append(tid)
+    # Declaration order within a kernel; in a pipeline stage, what lives the whole step
+    # first, so the tensors its layers share sit alike whichever edge kernels run before them.
+    order = list(alloc_before)
+    if graph.stage:
+        order.sort(key=lambda tid: not graph.tensors[tid].whole_step)  # stable: declaration order kept
+    for tid in order:
+        starts.setdefault(alloc_before[tid], []).append(tid)
         end = free_after[tid]
         if end is not None:
             ends.setdefault(end, []).append(tid)
@@ -109,7 +133,7 @@ def derive(graph: Graph) -> tuple[list[Kernel], Layout]:
     for j in range(max(len(graph.ops), 1)):
         for tid in starts.get(j, ()):
             d = graph.tensors[tid]
-            owned[tid] = refs[tid] = al.alloc(d.name, cls[tid], d.bytes)
+            owned[tid] = refs[tid] = al.alloc(d.name, cls[tid], d.bytes, EDGE if tid in edge else 0)
         if j < len(graph.ops):
             op = graph.ops[j]
             for t in op.touches:

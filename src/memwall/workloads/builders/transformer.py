@@ -200,12 +200,13 @@ def _block_bwd(g: Graph, md: _Model, kind: str, sv: dict, p: dict[str, Param | N
                     keep=sv["n1"] if sp else None)
 
 
-def _embed(g: Graph, md: _Model, emb: Param, pos: Param | None, types: Param | None, enorm: Param | None) -> str:
+def _embed(g: Graph, md: _Model, emb: Param, pos: Param | None, types: Param | None, enorm: Param | None,
+           out: str | None = None) -> str:
     net, tok, h, e = md.net, md.tok, md.net.d_model, g.esz
     ids = g.tensor("tokens", tok, 4, cls="input", whole_step=True)
     if md.training:
         md.targets = g.tensor("targets", tok, 4, cls="input", whole_step=True)
-    x = g.tensor("embed.out", tok * h)
+    x = out or g.tensor("embed.out", tok * h)
     reads = (ids, g.view(emb.w, "embed.tokens.rows", 0, min(tok, net.vocab) * h * e))
     if pos is not None:
         reads += (g.view(pos.w, "embed.positions.rows", 0, md.seq * h * e),)
@@ -271,8 +272,9 @@ def _params(g: Graph, md: _Model, embed: bool = True,
     return o, blocks
 
 
-def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
-    """Final norm, the vocabulary product and the pooler: the final norm's output."""
+def _head(g: Graph, md: _Model, o: _Outside, xl: str, dout: str | None = None) -> str:
+    """Final norm, the vocabulary product and the pooler: the final norm's output (training:
+    the gradient into the last layer, written to ``dout`` when given)."""
     net, r, h = md.net, Rows(g, md.tok), md.net.d_model
     rs = Rows(g, md.sp_tok)
     assert o.head is not None
@@ -294,7 +296,7 @@ def _head(g: Graph, md: _Model, o: _Outside, xl: str) -> str:
              plus(SOFTMAX_FWD, {"add": 1}), rows=md.tok, op="softmax", role="loss")
         dnf = _scatter(g, md, "final.norm.out.d.scattered", linear_bwd(r, "head", nf, logits, o.head, None, h,
                                                                        net.vocab))
-        return norm_bwd(rs, "final.norm", xl, dnf, o.fnorm, h, net.norm) if o.fnorm else dnf
+        return norm_bwd(rs, "final.norm", xl, dnf, o.fnorm, h, net.norm, into=dout) if o.fnorm else dnf
     return nf
 
 
@@ -321,12 +323,24 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
     if phase == "prefill" and split.cp > 1:  # the prompt this device holds, and caches
         md.context = md.seq
     o, blocks = _params(g, md, embed, head)
+    # A pipeline stage's boundary: the activation its layers start from and the gradient its
+    # last layer's backward starts from, whole-step tensors that the stage before and after
+    # send, or that its own embedding and head write; declared alike in every stage, so the
+    # layers of every stage sit at the same addresses (memwall.simulation.reuse).
+    stage_in = stage_out = None
+    if not (embed and head):
+        g.stage = True
+        stage_in = g.tensor("stage.in", md.sp_tok * net.d_model, cls=None if embed else "input", whole_step=True)
+        if training and (not head or (o is not None and o.fnorm is not None)):
+            stage_out = g.tensor("stage.dout", md.sp_tok * net.d_model, cls=None if head else "input",
+                                 whole_step=True)
     if embed:
         assert o is not None
-        x0 = _embed(g, md, o.emb, o.pos, o.types, o.enorm)
-        x = _scatter(g, md, "embed.out.scattered", x0)
+        x0 = _embed(g, md, o.emb, o.pos, o.types, o.enorm, out=stage_in if md.split.sp == 1 else None)
+        x = _scatter(g, md, "embed.out.scattered", x0) if stage_in is None or md.split.sp == 1 else stage_in
     else:  # the activation the stage before sends
-        x0 = x = g.tensor("stage.in", md.sp_tok * net.d_model, cls="input", whole_step=True)
+        assert stage_in is not None
+        x0 = x = stage_in
     saved = []
     for i, (kind, p) in enumerate(blocks):
         with g.at(i, kind, i):
@@ -335,9 +349,10 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
         saved.append(sv)
     if head:
         assert o is not None
-        dx = _head(g, md, o, x)
+        dx = _head(g, md, o, x, stage_out)
     elif training:  # the gradient the stage after sends back
-        dx = g.tensor("stage.dout", md.sp_tok * net.d_model, cls="input", whole_step=True)
+        assert stage_out is not None
+        dx = stage_out
     if not training:
         return
     for i in reversed(range(len(blocks))):
