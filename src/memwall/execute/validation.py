@@ -83,12 +83,14 @@ def _predict_group(cases: tuple[Case, ...]) -> list[tuple[Case, dict[str, Any] |
     return [_predict_one(case, replays) for case in cases]
 
 
-# A prediction's cost in step replays of a large model: a multi-device case replays its
-# stage kinds (first, middle and last: at most three), a whole request its prefill and a
-# few decode steps (about one such replay in all, measured), any other one-device case a
-# fraction of one; a case whose replays its group already made costs its timing alone
-# (about a tenth). Only the order of the work follows them.
+# A prediction's cost in step replays of a large model: a multi-device case replays one
+# stage kind whole and of the others (first and last: at most two more) their edges and
+# the layers' first kernels (memwall.simulation.reuse: about a quarter of a stage each,
+# measured), a whole request its prefill and a few decode steps (about one such replay in
+# all), any other one-device case a fraction of one; a case whose replays its group already
+# made costs its timing alone (about a tenth). Only the order of the work follows them.
 ONE_DEVICE_COST = 0.05
+EDGE_STAGE_COST = 0.25
 REQUEST_COST = 1.0
 REPEAT_COST = 0.1
 
@@ -128,7 +130,7 @@ def group_cost(group: Sequence[Case]) -> float:
     model (the weights of the order and of the time left)."""
     def cost(case: Case) -> float:
         if case.parallel.devices > 1:
-            return min(case.parallel.pp, 3)
+            return 1.0 + EDGE_STAGE_COST * (min(case.parallel.pp, 3) - 1)
         return REQUEST_COST if case.phase == GENERATE else ONE_DEVICE_COST
 
     return cost(group[0]) + REPEAT_COST * sum(map(cost, group[1:]))

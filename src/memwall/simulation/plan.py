@@ -51,11 +51,12 @@ MAX_LOOKUPS = int(ENGINE_RATE * 600)
 
 # What a sweep's estimate says beside the bound: the README's main job replayed 4.73e9 line
 # lookups in 47 s on 2 workers of a 2-core machine at load 0.5 (50 M a second a worker,
-# with shared replays), and drew its 11 figures in 17 s and its 55 validation predictions
-# in 48 s on 2 workers (1.75 s a prediction a worker).
+# with shared replays), and drew its 11 figures in 17 s; its 121 validation predictions
+# took 65 s on 2 workers at load 0.7 (1.07 s a prediction a worker, a pipeline's stages
+# sharing their runs; benchmarks/README.md).
 TYPICAL_RATE = 50e6  # line lookups per second a worker
 FIGURE_SECONDS = 1.5
-PREDICTION_SECONDS = 1.75
+PREDICTION_SECONDS = 1.1
 
 
 # A replay is cut into pieces of about this many lookups where the nest allows it
