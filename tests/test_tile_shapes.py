@@ -99,3 +99,20 @@ def test_a_tile_set_for_an_unknown_dtype_is_refused_naming_the_field(tmp_path):
     with pytest.raises(InputError) as err:
         load_machine_file(path)
     assert err.value.field == "schedule.tile_shapes" and "fp99" in err.value.reason
+
+
+def test_equal_arithmetic_goes_to_the_tiling_without_a_reduction():
+    # 1024^3 fp8 on the H100 (Azure's cuBLASLt row): 64 x 128 tiles unsplit and 256 x 256
+    # tiles in 8 K slices both give 128 tiles of 8.4 M multiply-adds; the split one also
+    # writes and reads back 8 fp32 partial outputs (64 MiB), so the unsplit one is picked
+    from memwall.workloads.lowering import Tiling, split_bytes
+
+    dims = (1024, 1024, 1024)
+    picked = product_tiling(dims, 1, "fp8", _params("h100-sxm"))
+    assert (picked.tm, picked.tn, picked.splits, picked.tiles) == (64, 128, 1, 128)
+    split = Tiling(256, 256, 8, 128, 1, 128)
+    assert picked.waves * 64 * 128 * picked.k_slice == split.waves * 256 * 256 * split.k_slice  # a tie
+    assert (split_bytes(picked, dims, 1), split_bytes(split, dims, 1)) == (0, 64 << 20)
+    # with no split among the tied, the larger tile (fewer operand loads) still wins
+    unsplit = product_tiling((4096, 4096, 4096), 1, "fp8", _params("h100-sxm"))
+    assert unsplit.splits == 1 and unsplit.tm * unsplit.tn == 256 * 256

@@ -29,9 +29,6 @@ if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not th
 
 MEMORY = "memory"  # the name main memory goes by in every breakdown
 MATRIX_OPS = ("gemm", "gemv", "attention")
-# Bytes of one partial-sum element a parallel split-K product writes to its workspace and
-# reads back: the fp32 accumulator (CUTLASS's GemmSplitKParallel keeps ElementAccumulator).
-SPLIT_K_ACCUMULATOR_BYTES = 4
 # Machines whose kernels are issued by a separate host, asynchronously (docs/timing.md,
 # "Dispatch"); on the others the core that computes also issues, so dispatch adds.
 ASYNC_KINDS = ("gpu", "tpu", "wafer", "array")
@@ -515,7 +512,11 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
         if work.op in ("gemm", "gemv") and work.dims and min(work.dims) > 0:
             # Tile quantization: every tile computes its whole tm x tn x k_slice block,
             # padding included, in the tile shape the library picks (product_tiling).
-            from .workloads.lowering import params_of, product_tiling  # lazy: lowering imports profiles
+            from .workloads.lowering import (  # lazy: lowering imports profiles
+                params_of,
+                product_tiling,
+                split_bytes,
+            )
             m, n, k = work.dims
             batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
             params = params_of(machine.schedule)
@@ -531,7 +532,7 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
                 # Parallel split-K: each K slice writes its fp32 partial output to a workspace
                 # and a reduction kernel reads them all back (CUTLASS GemmSplitKParallel +
                 # ReduceSplitK): traffic the replayed streams do not carry.
-                workspace = 2 * SPLIT_K_ACCUMULATOR_BYTES * tiling.splits * batch * m * n
+                workspace = split_bytes(tiling, work.dims, batch)
     if work.instructions:
         # A weight-only product widens its weights on the vector units, beside the matrix
         # units' products: the slower of the two bounds the arithmetic, in the same waves.

@@ -148,6 +148,11 @@ def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lo
     return out
 
 
+# Bytes of one partial-sum element a parallel split-K product writes to its workspace and
+# reads back: the fp32 accumulator (CUTLASS's GemmSplitKParallel keeps ElementAccumulator).
+SPLIT_K_ACCUMULATOR_BYTES = 4
+
+
 @dataclass(frozen=True)
 class Tiling:
     """How a library runs one product on a tiled machine: its tile shape (``tm x tn``,
@@ -188,9 +193,19 @@ def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mappin
     ``min(ceil(K / tile_k), units // tiles)`` slices (CUTLASS's GemmSplitKParallel, cuBLAS
     for small outputs), so more units share the work. Shape: among ``tile_shapes``, the
     one whose busiest unit computes the fewest multiply-adds, waves x tm x tn x k_slice
-    (tile and wave quantization: what the library's heuristic aims at), ties to the
-    larger tile (fewer operand loads per multiply-add), then to the earlier listed."""
+    (tile and wave quantization: what the library's heuristic aims at), ties to the one
+    whose split along K writes the fewest partial bytes (:func:`split_bytes`: a reduction
+    that buys no arithmetic is traffic a library avoids), then to the larger tile (fewer
+    operand loads per multiply-add), then to the earlier listed."""
     return _best_tiling(tuple(dims), batch, int(p["units"]), int(p["tile_k"]), tuple(tile_shapes(p, dtype)))
+
+
+def split_bytes(t: Tiling, dims: tuple[int, int, int], batch: int) -> int:
+    """Bytes a parallel split-K moves beyond its operands: every K slice's partial output
+    written to the workspace and read back by the reduction (fp32,
+    :data:`SPLIT_K_ACCUMULATOR_BYTES`); none unsplit."""
+    m, n, _ = dims
+    return 2 * SPLIT_K_ACCUMULATOR_BYTES * t.splits * batch * m * n if t.splits > 1 else 0
 
 
 # A step's products are timed on its machine and on every machine its sensitivity moves a
@@ -199,13 +214,13 @@ def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mappin
 def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
                  shapes: tuple[tuple[int, int], ...]) -> Tiling:
     m, n, k = dims
-    best: tuple[tuple[int, int], Tiling] | None = None
+    best: tuple[tuple[int, int, int], Tiling] | None = None
     for tm, tn in shapes:
         out = batch * -(-m // tm) * -(-n // tn)
         splits = min(-(-k // tk), max(1, units // out)) if out < units else 1
         tiles = out * splits
         t = Tiling(tm, tn, splits, tiles, -(-tiles // units), -(-k // splits))
-        key = (t.waves * tm * tn * t.k_slice, -tm * tn)
+        key = (t.waves * tm * tn * t.k_slice, split_bytes(t, dims, batch), -tm * tn)
         if best is None or key < best[0]:
             best = (key, t)
     assert best is not None
