@@ -73,3 +73,30 @@ def test_a_step_that_warms_its_caches_first_is_replayed_alone():
 
     assert not reuse.reusable(machine, [replace(plans[0], passes=2), *plans[1:]])
     assert not reuse.reusable(machine, plans[:1])
+
+
+def test_stages_beside_the_reference_on_threads_count_alike(stage_plans):
+    machine, _, plans = stage_plans
+    alone, _ = reuse.replay_stages(machine, plans, replay.replay_kernel)
+    beside, taken = reuse.replay_stages(machine, plans, replay.replay_kernel, threads=3)
+    assert taken > 0
+    for got, want in zip(beside, alone, strict=True):
+        assert [c.as_dict() for c in got] == [c.as_dict() for c in want]
+
+
+@pytest.mark.parametrize("when", [1, 40])
+def test_an_interrupted_shared_replay_stops_every_stage_says_why_and_keeps_none(monkeypatch, when):
+    # Ctrl-C (here: the progress callback's) lands in whichever stage ticks then, early or
+    # late; it propagates as itself, every thread stops, and no stage is kept
+    monkeypatch.setattr(replay, "REPLAY_THREADS", 3)
+    replay._REPLAYED.clear()
+    calls = []
+
+    def interrupt(done: int, total: int) -> None:
+        calls.append(done)
+        if len(calls) >= when:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay.replay_plans(*_plans(), interrupt)
+    assert not replay._REPLAYED

@@ -209,15 +209,15 @@ def replay_plans(machine: Machine, plans: list[ReplayPlan],
     """:func:`replay_once` of each plan (a multi-device step's stage kinds). The plans not
     yet replayed in this process share what they run alike
     (:func:`memwall.simulation.reuse.replay_stages`: exact, so the counters are those of
-    the plans replayed one after another, bit for bit); where that does not apply, they run
-    side by side on :func:`replay_threads` threads, each on its own caches, the engine
+    the plans replayed one after another, bit for bit); either way they run side by side
+    when :func:`replay_threads` allows two or more, each on its own caches, the engine
     without the GIL. ``progress(done, total)`` counts the line lookups of all of them."""
     total = sum(p.lookups for p in plans)
     keys = [plan_digest(machine, p) if machine.cache_levels else "" for p in plans]
     todo = list(dict.fromkeys(k for k in keys if k and k not in _REPLAYED))
     first = {k: plans[keys.index(k)] for k in todo}
     stages = REUSE_STAGES and reusable(machine, list(first.values()))
-    width = min(replay_threads(), len(todo) - (1 if stages else 0))  # the reference stage runs first, alone
+    width = min(replay_threads(), len(todo))
     if width < 2 and not stages:
         out, done = [], 0
         for plan in plans:

@@ -67,28 +67,57 @@ def _runs(keys: list[str], ref: list[str]) -> list[tuple[int, int, int]]:
     return [(i, j, n) for i, j, n in blocks if n >= MIN_RUN]
 
 
+class _ReferenceFailed(Exception):
+    """The reference stage's replay stopped (an error, or Ctrl-C): its followers stop too."""
+
+
 class _Reference:
     """The reference stage replayed whole, with what the others need of it: its counters
     kernel by kernel, its caches' digests where another stage will compare (the first
     offsets of each shared run), and copies of its caches where a run ends before the
-    other stage does."""
+    other stage does. :meth:`run` replays it; :meth:`wait` holds a follower (on another
+    thread) until the replay has passed a boundary, so the followers run beside it."""
 
     def __init__(self, machine: Machine, plan: ReplayPlan, runs: dict[int, list[tuple[int, int, int]]],
                  lengths: dict[int, int], kernel: KernelReplay, tick: Callable[[int], Any] | None) -> None:
-        digest_at = {j + c for rs in runs.values() for _, j, n in rs for c in CHECKS if c < n}
-        copy_at = {j + n for k, rs in runs.items() for i, j, n in rs if i + n < lengths[k]}
+        self.machine, self.plan, self.kernel, self.tick = machine, plan, kernel, tick
+        self.digest_at = {j + c for rs in runs.values() for _, j, n in rs for c in CHECKS if c < n}
+        self.copy_at = {j + n for k, rs in runs.items() for i, j, n in rs if i + n < lengths[k]}
         self.digests: dict[int, bytes | None] = {}
         self.copies: dict[int, Hierarchy] = {}
         self.counts: list[HierarchyCounters] = []
-        h = Hierarchy(machine.cache_levels)
-        for b in range(len(plan.replays) + 1):
-            if b in digest_at:
-                self.digests[b] = h.state_digest()
-            if b in copy_at:
-                self.copies[b] = Hierarchy(machine.cache_levels)
-                self.copies[b].copy_state_from(h)
-            if b < len(plan.replays):
-                self.counts.append(kernel(h, plan.replays[b], plan.line, tick))
+        self._reached = -1  # the last boundary whose digest, copy and counters before it are kept
+        self._failed = False
+        self._cond = threading.Condition()
+
+    def run(self) -> None:
+        levels, rows = self.machine.cache_levels, self.plan.replays
+        h = Hierarchy(levels)
+        try:
+            for b in range(len(rows) + 1):
+                if b in self.digest_at:
+                    self.digests[b] = h.state_digest()
+                if b in self.copy_at:
+                    self.copies[b] = Hierarchy(levels)
+                    self.copies[b].copy_state_from(h)
+                with self._cond:
+                    self._reached = b
+                    self._cond.notify_all()
+                if b < len(rows):
+                    self.counts.append(self.kernel(h, rows[b], self.plan.line, self.tick))
+        except BaseException:
+            with self._cond:
+                self._failed = True
+                self._cond.notify_all()
+            raise
+
+    def wait(self, boundary: int) -> None:
+        """Return once the replay has passed ``boundary`` (at once, after :meth:`run`)."""
+        with self._cond:
+            while self._reached < boundary and not self._failed:
+                self._cond.wait()
+            if self._failed:
+                raise _ReferenceFailed
 
 
 def _follow(machine: Machine, plan: ReplayPlan, runs: list[tuple[int, int, int]], ref: _Reference,
@@ -103,16 +132,19 @@ def _follow(machine: Machine, plan: ReplayPlan, runs: list[tuple[int, int, int]]
     while i < len(rows):
         start, j, n = run_of.get(i, (i, 0, 0))
         c = i - start
-        want = ref.digests.get(j + c) if n else None
-        if c in CHECKS and want is not None and h.state_digest() == want:
-            counts.extend(ref.counts[j + c:j + n])
-            taken += n - c
-            if tick is not None:
-                tick(sum(_lookups(rows[x], line) for x in range(i, start + n)))
-            i = start + n
-            if i < len(rows):
-                h.copy_state_from(ref.copies[j + n])
-            continue
+        if n and c in CHECKS:
+            ref.wait(j + c)
+            want = ref.digests.get(j + c)
+            if want is not None and h.state_digest() == want:
+                ref.wait(j + n)
+                counts.extend(ref.counts[j + c:j + n])
+                taken += n - c
+                if tick is not None:
+                    tick(sum(_lookups(rows[x], line) for x in range(i, start + n)))
+                i = start + n
+                if i < len(rows):
+                    h.copy_state_from(ref.copies[j + n])
+                continue
         counts.append(kernel(h, rows[i], line, tick))
         i += 1
     return counts, taken
@@ -125,10 +157,12 @@ def replay_stages(machine: Machine, plans: list[ReplayPlan], kernel: KernelRepla
     gives them (plans of one pass: :func:`reusable`), the shared runs replayed once;
     ``kernel(hierarchy, row, line, tick)`` replays one kernel's planned row and returns
     what it counted (:func:`memwall.simulation.replay.replay_kernel`).
-    ``tick(n)`` counts line lookups as they are replayed or taken (from several threads
-    when ``threads`` > 1: the stages after the reference side by side; ``stop`` is set
-    when one of them fails or Ctrl-C comes, and ``tick`` is where the others see it).
-    Returns the counters and how many kernels took the reference's."""
+    ``tick(n)`` counts line lookups as they are replayed or taken. With ``threads`` > 1
+    every stage has a thread of its own (each on its own caches, the engine without the
+    GIL), the others replaying their own kernels beside the reference and waiting for it
+    only where they take from it; ``stop`` is set when one of them fails or Ctrl-C comes,
+    and ``tick`` is where the others see it. Returns the counters and how many kernels
+    took the reference's."""
     keys = [_keys(p) for p in plans]
     # The reference: the stage that shares the most kernels with the others (a middle stage).
     shared = [sum(n for other in range(len(plans)) if other != k for _, _, n in _runs(keys[other], keys[k]))
@@ -136,25 +170,32 @@ def replay_stages(machine: Machine, plans: list[ReplayPlan], kernel: KernelRepla
     ref = max(range(len(plans)), key=lambda k: (shared[k], -k))
     runs = {k: _runs(keys[k], keys[ref]) for k in range(len(plans)) if k != ref}
     reference = _Reference(machine, plans[ref], runs, {k: len(plans[k].replays) for k in runs}, kernel, tick)
-    out: list[list[HierarchyCounters]] = [[] for _ in plans]
-    out[ref] = reference.counts
     others = list(runs)
 
     def follow(k: int) -> tuple[list[HierarchyCounters], int]:
         return _follow(machine, plans[k], runs[k], reference, kernel, tick)
 
-    if threads > 1 and len(others) > 1:  # each stage on its own caches, the engine without the GIL
+    if threads > 1:
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=min(threads, len(others))) as pool:
+        with ThreadPoolExecutor(max_workers=len(plans)) as pool:
             try:
-                followed = list(pool.map(follow, others))
+                leader = pool.submit(reference.run)
+                try:
+                    followed = list(pool.map(follow, others))
+                except _ReferenceFailed:
+                    leader.result()  # the reference's own error, not its followers' echo of it
+                    raise
+                leader.result()
             except BaseException:
                 if stop is not None:
                     stop.set()
                 raise
     else:
+        reference.run()
         followed = [follow(k) for k in others]
+    out: list[list[HierarchyCounters]] = [[] for _ in plans]
+    out[ref] = reference.counts
     for k, (counts, _) in zip(others, followed, strict=True):
         out[k] = counts
     return out, sum(taken for _, taken in followed)
