@@ -79,7 +79,6 @@ class ReplayPlan:
     replays: list[list[tuple[LoopNest | None, LoopNest, float]]]
     lookups: int
     line: int
-    whole: int = 0  # first-level line lookups of one pass of the whole step, unsampled
 
     @property
     def seconds(self) -> float:
@@ -104,9 +103,9 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
     its counters). ``lowered``: the kernels already lowered for this machine.
     """
     levels = machine.cache_levels
-    line = levels[0].line if levels else 64
+    line = _line(machine)
     if lowered is None:
-        lowered = [lower(kernel, machine.schedule, line_bytes=line) for kernel in step.kernels]
+        lowered = _lowered(machine, step)
     if not levels:  # nothing to replay: replay_step counts the streams (exact, never sampled)
         return ReplayPlan(lowered=lowered, passes=1, replays=[[(None, nest, 1.0) for nest in low.nests]
                                                               for low in lowered], lookups=0, line=line)
@@ -129,20 +128,36 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
             budget = max(floor, int(n * share)) if sample else 0
             warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
             row.append((warm, counted, scale))
-            lookups += n if counted is nest else (
-                counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0))
+            lookups += n if counted is nest else row_lookups([(warm, counted, scale)], line)
         replays.append(row)
-    return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line,
-                      whole=total)
+    return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
+
+
+def _line(machine: Machine) -> int:
+    """The line size the lowering and the lookup counts use: the first cache level's."""
+    levels = machine.cache_levels
+    return levels[0].line if levels else 64
+
+
+def _lowered(machine: Machine, step: Step) -> list[Lowered]:
+    """Every kernel of ``step`` lowered to the machine's streams."""
+    return [lower(kernel, machine.schedule, line_bytes=_line(machine)) for kernel in step.kernels]
+
+
+def row_lookups(row: list[tuple[LoopNest | None, LoopNest, float]], line: int) -> int:
+    """First-level line lookups of one kernel's planned replay (its warm-ups included)."""
+    return sum(counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
+               for warm, counted, _ in row)
 
 
 def plan_stages(machine: Machine, steps: list[Step], *, exact: bool = False) -> list[ReplayPlan]:
     """:func:`plan_replay` of each stage of a pipeline, the budget shared over the largest
     stage's size, so that every stage samples a kernel they share alike."""
-    plans = [plan_replay(machine, st, exact=exact) for st in steps]
-    largest = max((p.whole for p in plans), default=0)
-    return [p if p.whole == largest else plan_replay(machine, st, exact=exact, whole=largest, lowered=p.lowered)
-            for p, st in zip(plans, steps, strict=True)]
+    line = _line(machine)
+    lowered = [_lowered(machine, st) for st in steps]
+    largest = max((sum(nest.line_lookups(line) for low in lows for nest in low.nests) for lows in lowered), default=0)
+    return [plan_replay(machine, st, exact=exact, whole=largest, lowered=lows)
+            for st, lows in zip(steps, lowered, strict=True)]
 
 
 class Prepared:

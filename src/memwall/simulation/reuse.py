@@ -24,7 +24,7 @@ from typing import Any
 
 from ..engine import Hierarchy, HierarchyCounters
 from ..profiles import Machine
-from .plan import ReplayPlan
+from .plan import ReplayPlan, row_lookups
 
 # One kernel's planned row replayed on a hierarchy: what it counted.
 KernelReplay = Callable[[Hierarchy, list, int, Any], HierarchyCounters]
@@ -54,11 +54,6 @@ def reusable(machine: Machine, plans: list[ReplayPlan]) -> bool:
 def _keys(plan: ReplayPlan) -> list[str]:
     """Each kernel's planned replay (its nests, addresses, sampling), hashed."""
     return [hashlib.sha256(repr(row).encode()).hexdigest() for row in plan.replays]
-
-
-def _lookups(row: list, line: int) -> int:
-    return sum(counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
-               for warm, counted, _ in row)
 
 
 def _runs(keys: list[str], ref: list[str]) -> list[tuple[int, int, int]]:
@@ -140,7 +135,7 @@ def _follow(machine: Machine, plan: ReplayPlan, runs: list[tuple[int, int, int]]
                 counts.extend(ref.counts[j + c:j + n])
                 taken += n - c
                 if tick is not None:
-                    tick(sum(_lookups(rows[x], line) for x in range(i, start + n)))
+                    tick(sum(row_lookups(rows[x], line) for x in range(i, start + n)))
                 i = start + n
                 if i < len(rows):
                     h.copy_state_from(ref.copies[j + n])

@@ -91,11 +91,6 @@ class Allocator:
         self.live_total = 0
         self.peak_total = 0
 
-    @property
-    def top(self) -> int:
-        """End of the highest block ever handed out in region 0."""
-        return self.regions[0].top
-
     def alloc(self, name: str, cls: str, nbytes: int, region: int = 0) -> TensorRef:
         if cls not in CLASSES:
             raise InputError(f"unknown tensor class {cls!r}")

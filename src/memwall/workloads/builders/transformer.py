@@ -337,7 +337,7 @@ def declare_transformer(g: Graph, net: Network, batch: int, seq: int, *, trainin
     if embed:
         assert o is not None
         x0 = _embed(g, md, o.emb, o.pos, o.types, o.enorm, out=stage_in if md.split.sp == 1 else None)
-        x = _scatter(g, md, "embed.out.scattered", x0) if stage_in is None or md.split.sp == 1 else stage_in
+        x = stage_in if stage_in is not None else _scatter(g, md, "embed.out.scattered", x0)
     else:  # the activation the stage before sends
         assert stage_in is not None
         x0 = x = stage_in
