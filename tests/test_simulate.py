@@ -117,9 +117,10 @@ def test_more_cache_never_increases_main_memory_traffic(machine, network, batch)
 def test_sampled_replay_agrees_with_the_exact_one(monkeypatch, machine, network, batch):
     case = Case(machine=machine, network=network, batch=batch)
     exact = run_case(case, exact=True)
-    # a budget ten times tighter than the default, so that these steps are sampled
+    # a budget ten times tighter than the default, so that these steps are sampled, and the
+    # floor's least lookups halved (the GPUs' floor, two spans of their caches, is kept)
     monkeypatch.setattr(planning, "STEP_BUDGET", planning.STEP_BUDGET // 10)
-    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 5)
+    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 2)
     sampled = run_case(case)
     assert sampled["seconds"] != exact["seconds"], "the budget did not make the step sample"
     assert sampled["seconds"] == pytest.approx(exact["seconds"], rel=0.03)
@@ -165,9 +166,10 @@ def test_sampling_is_held_to_account_in_every_family(tmp_path, monkeypatch, fami
 
     case = Case(machine=machine, network=_family_network(tmp_path, family), batch=batch)
     exact = run_case(case, exact=True)
-    # a budget ten times tighter than the default, so that these small steps are sampled
+    # a budget ten times tighter than the default, so that these small steps are sampled, and
+    # the floor's least lookups halved (the GPUs' floor, two spans of their caches, is kept)
     monkeypatch.setattr(planning, "STEP_BUDGET", planning.STEP_BUDGET // 10)
-    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 5)
+    monkeypatch.setattr(planning, "SAMPLE_FLOOR", planning.SAMPLE_FLOOR // 2)
     plan = plan_replay(load_machine(machine), build_case_step(case))
     assert any(scale != 1.0 for row in plan.replays for _, _, scale in row), "the budget did not make it sample"
     sampled = run_case(case)

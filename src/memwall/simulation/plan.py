@@ -23,15 +23,22 @@ from ..workloads.step import Kernel, Step
 from .step import build_case_step
 
 # Line lookups a step may replay in full; above it, large nests are sampled in proportion
-# to their size, none below SAMPLE_FLOOR lookups (so each sample still spans the caches)
+# to their size, each sample at least the floor of sample_floor().
 STEP_BUDGET = 40_000_000
 
 
-SAMPLE_FLOOR = 1_000_000
+# The floor: SAMPLE_SPANS times the caches' lines, so that a sample sweeps them twice over,
+# and no less than SAMPLE_FLOOR; on a machine with small caches, CACHE_SPANS times its
+# lines (at least SAMPLE_FLOOR_MIN) is enough. Measured on the validation's 121
+# predictions against samples of 4 M lookups (benchmarks/README.md, "Sampling floor"): one
+# span (A100 328 K lookups) moves step times by up to 1.9 %, two spans by up to 0.8 %,
+# and the flat million this replaced (one span of a B200's 126 MiB L2) by up to 1.9 %.
+SAMPLE_SPANS = 2
 
 
-# ... or, on a machine with small caches, CACHE_SPANS times its cache lines (at least
-# SAMPLE_FLOOR_MIN): what "spans the caches" needs there, not a GPU's million.
+SAMPLE_FLOOR = 500_000
+
+
 CACHE_SPANS = 64
 
 
@@ -95,7 +102,7 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
     repeats its steps, so the steady state is what a measured step shows. When the step
     needs more than ``STEP_BUDGET`` line lookups, each large nest of a kernel whose data
     takes at least twice the caches gets its share of the budget (at least
-    ``SAMPLE_FLOOR``) and is sampled (``LoopNest.sample``), unless ``exact``.
+    :func:`sample_floor`) and is sampled (``LoopNest.sample``), unless ``exact``.
 
     ``whole`` (default: this step's own) is the step size the budget is shared over: the
     stages of one pipeline are given their largest, so a kernel that two stages run is
@@ -111,7 +118,7 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
                                                               for low in lowered], lookups=0, line=line)
     cache_bytes = sum(level.size for level in levels)
     lines = sum(level.size // level.line for level in levels)
-    floor = min(SAMPLE_FLOOR, max(SAMPLE_FLOOR_MIN, CACHE_SPANS * lines))
+    floor = sample_floor(lines)
     passes = 2 if levels and step.ledger.peak <= 2 * cache_bytes else 1
     sizes = [[nest.line_lookups(line) for nest in low.nests] for low in lowered]
     total = sum(map(sum, sizes))
@@ -131,6 +138,12 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
             lookups += n if counted is nest else row_lookups([(warm, counted, scale)], line)
         replays.append(row)
     return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
+
+
+def sample_floor(lines: int) -> int:
+    """The fewest counted line lookups a sampled nest replays, on caches of ``lines`` lines
+    in all (its warm-up replays as many again)."""
+    return max(SAMPLE_FLOOR_MIN, min(CACHE_SPANS * lines, max(SAMPLE_FLOOR, SAMPLE_SPANS * lines)))
 
 
 def _line(machine: Machine) -> int:
