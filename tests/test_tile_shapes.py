@@ -116,3 +116,26 @@ def test_equal_arithmetic_goes_to_the_tiling_without_a_reduction():
     # with no split among the tied, the larger tile (fewer operand loads) still wins
     unsplit = product_tiling((4096, 4096, 4096), 1, "fp8", _params("h100-sxm"))
     assert unsplit.splits == 1 and unsplit.tm * unsplit.tn == 256 * 256
+
+
+@pytest.mark.parametrize("machine_id, dtype, dims", [
+    ("v100-sxm2", "bf16", (1, 12288, 4096)), ("v100-sxm2", "bf16", (1, 6144, 4096)),
+    ("a100-sxm", "fp8", (1, 8192, 28672)), ("h100-sxm", "bf16", (1, 4096, 14336)),
+])
+def test_a_product_of_one_row_picks_the_tiling_its_time_is_shortest_with(machine_id, dtype, dims):
+    # An M = 1 product is not padded to a tile, so its arithmetic takes ceil(tiles / units)
+    # waves of its real work shared over the tiles (timing.throughput); the tiling picked
+    # is the one that time is shortest with. On the V100 a 32 x 128 tile (96 tiles on 80
+    # SMs: a second wave of 16) was picked by its padded tile, where 128 x 32's 384 tiles
+    # take 5 waves: 1.6x the arithmetic time
+    a = load_machine(machine_id)
+    free = (LevelTraffic("memory", 0, 0, None, None),)
+
+    def compute(tiling):
+        traffic = KernelTraffic(0, 0, 0, 0, free, parallel_units=tiling.tiles)
+        return throughput(a, KernelWork("gemv", dtype, 2 * dims[0] * dims[1] * dims[2], {}, dims), traffic).compute
+
+    p = params_of(a.schedule)
+    picked = product_tiling(dims, 1, dtype, p)
+    alone = [product_tiling(dims, 1, dtype, {**p, "tile_shapes": {dtype: [shape]}}) for shape in tile_shapes(p, dtype)]
+    assert compute(picked) == pytest.approx(min(map(compute, alone)))

@@ -193,7 +193,8 @@ def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mappin
     ``min(ceil(K / tile_k), units // tiles)`` slices (CUTLASS's GemmSplitKParallel, cuBLAS
     for small outputs), so more units share the work. Shape: among ``tile_shapes``, the
     one whose busiest unit computes the fewest multiply-adds, waves x tm x tn x k_slice
-    (tile and wave quantization: what the library's heuristic aims at), ties to the one
+    (tile and wave quantization: what the library's heuristic aims at; a product of one
+    row or column, which is not padded to a tile, waves x its multiply-adds / tiles), ties to the one
     whose split along K writes the fewest partial bytes (:func:`split_bytes`: a reduction
     that buys no arithmetic is traffic a library avoids), then to the larger tile (fewer
     operand loads per multiply-add), then to the earlier listed."""
@@ -220,7 +221,11 @@ def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
         splits = min(-(-k // tk), max(1, units // out)) if out < units else 1
         tiles = out * splits
         t = Tiling(tm, tn, splits, tiles, -(-tiles // units), -(-k // splits))
-        key = (t.waves * tm * tn * t.k_slice, split_bytes(t, dims, batch), -tm * tn)
+        # The busiest unit's multiply-adds as the timing charges them: a whole padded tile
+        # each wave, but a product of one row or column is not padded (its real work
+        # shared over the tiles: timing.throughput)
+        busiest = t.waves * tm * tn * t.k_slice if min(m, n) > 1 else Fraction(t.waves * batch * m * n * k, tiles)
+        key = (busiest, split_bytes(t, dims, batch), -tm * tn)
         if best is None or key < best[0]:
             best = (key, t)
     assert best is not None
