@@ -14,6 +14,7 @@ from memwall.errors import InputError
 from memwall.levels import LevelSpec
 from memwall.profiles import MainMemory, load_machine
 from memwall.simulation import Case, build_case_step, plan_replay, replay_step, run_case
+from memwall.streams import Access, LoopNest
 
 KEYS = ("machine", "network", "batch", "flops", "seconds", "stall_fraction", "fraction_of_peak",
         "achieved_flops", "cups", "cycles", "bytes", "kernels")
@@ -376,3 +377,55 @@ def test_a_machine_without_caches_is_never_sampled():
         reads, writes, nbytes, _ = replaying._demand(low)
         assert (counts.memory.reads, counts.memory.writes) == (reads, writes)
         assert counts.memory.bytes_read + counts.memory.bytes_written == nbytes
+
+
+def _k_product(passes: int, chunks: int, rows: int = 64, chunk_bytes: int = 4096) -> LoopNest:
+    """A product's waves as the tiled lowering builds them: ``passes`` waves, each reading
+    ``chunks`` K chunks of two operands (``rows`` rows each) and storing its tile rows after."""
+    a = Access(0, (rows * chunks * chunk_bytes, chunk_bytes), chunk_bytes, rows=rows, row_stride=chunks * chunk_bytes,
+               tensor="A")
+    b = Access(1 << 32, (0, chunk_bytes), chunk_bytes, rows=rows, row_stride=chunks * chunk_bytes, tensor="B")
+    c = Access(1 << 34, (rows * 1024,), 1024, is_write=True, after=True, rows=rows, row_stride=1024, tensor="C")
+    return LoopNest((passes, chunks), (a, b, c), "product")
+
+
+def test_a_wave_longer_than_two_sweeps_of_the_caches_is_sampled_along_k():
+    line = 128
+    nest = _k_product(passes=4, chunks=32)  # a pass reads 32 x 2 x 64 x 32 = 131,072 lines
+    pass_lines = nest.line_lookups(line) // 4 - 64 * 8
+    # a pass under twice the span: sampled by its waves only
+    assert nest._sample_inner(0, pass_lines // 2 + 1, line) is None
+    parts = nest._sample_inner(0, pass_lines // 8, line)  # 4 chunks are a span
+    assert parts is not None and len(parts) == 2
+    (warm, counted, scale), (none, stores, stores_scale) = parts
+    assert (warm.counts, counted.counts, scale) == ((1, 4), (1, 4), 4 * 32 / 4)
+    assert none is None and stores.counts == (1,) and stores_scale == 4.0 and stores.write_back
+    assert not any(a.is_write for a in warm.accesses + counted.accesses)  # the warm-up dirties nothing
+    assert counted.accesses[0].base == 4 * 4096  # the chunks after the warm-up's
+    # the sample is what the plan takes when it is the cheaper: 2 x 4 chunks and one pass's stores
+    assert nest.sample_parts(1, line, span=pass_lines // 8) == parts
+
+
+def test_a_product_sampled_along_k_misses_as_its_whole_replay(monkeypatch):
+    """The LM head's dX on the H100 (8192 x 4096 x 128256: each wave of tiles streams 1.9 GB
+    of the logits and the head's weights, 38 times the L2): sampled along K, two chunks of
+    one wave warm and two counted, every level's misses and fetched bytes are the whole
+    replay's; its write-backs are those of all its tile stores (the whole replay leaves
+    its last wave's dirty for the next kernel to write back)."""
+    from memwall.engine import Hierarchy
+
+    machine = load_machine("h100-sxm")
+    step = build_case_step(Case(machine="h100-sxm", network="llama3-8b", batch=1, seq_len=8192, dtype="bf16"))
+    plan = plan_replay(machine, step)
+    k = next(i for i, kernel in enumerate(step.kernels) if kernel.name == "head.dX")
+    assert any(c.write_back for _, c, _ in plan.replays[k]), "head.dX was not sampled along K"
+    assert plan_replay(machine, step, exact=True).lookups > plan.lookups
+    counts = {}
+    for label, row in (("whole", [(None, n, 1.0) for n in plan.lowered[k].nests]), ("sampled", plan.replays[k])):
+        h = Hierarchy(machine.cache_levels)
+        replaying.replay_kernel(h, [(None, n, 1.0) for n in plan.lowered[k - 1].nests], plan.line, None)
+        counts[label] = replaying.replay_kernel(h, row, plan.line, None).levels[0]
+    whole, sampled = counts["whole"], counts["sampled"]
+    assert (sampled.read_misses, sampled.write_misses, sampled.bytes_in) == \
+        (whole.read_misses, whole.write_misses, whole.bytes_in)
+    assert whole.bytes_out <= sampled.bytes_out <= 1.1 * whole.bytes_out

@@ -75,6 +75,9 @@ class LoopNest:
     counts: tuple[int, ...]
     accesses: tuple[Access, ...]
     label: str = ""
+    # After this nest the replay writes back every dirty line (a sampled product's tile
+    # stores: what the streaming the sample leaves out would have written back)
+    write_back: bool = False
 
     def __post_init__(self) -> None:
         counts = tuple(c if type(c) is int else _whole(c, "a loop count") for c in self.counts)
@@ -194,6 +197,64 @@ class LoopNest:
             # finest loop that allows it still replay at most half the nest.
             return self._sampled(coarse[0], 1, coarse[1])
         return None, self, 1.0
+
+    def sample_parts(self, budget: int, line_bytes: int, span: int = 0) -> list[tuple[LoopNest | None, LoopNest, float]]:
+        """The replays that stand for this nest, in order, each ``(warm_up, counted, scale)``:
+        :meth:`sample`'s one or, where ``span`` (lookups that sweep the caches twice) is
+        given and it replays fewer lookups, :meth:`_sample_inner`'s two."""
+        part = self.sample(budget, line_bytes)
+        inner = self._sample_inner(budget, span, line_bytes) if span > 0 else None
+        if inner is None:
+            return [part]
+
+        def cost(parts: list[tuple[LoopNest | None, LoopNest, float]]) -> int:
+            return sum(c.line_lookups(line_bytes) + (w.line_lookups(line_bytes) if w is not None else 0)
+                       for w, c, _ in parts)
+
+        return inner if cost(inner) < cost([part]) else [part]
+
+    def _sample_inner(self, target: int, span: int, line_bytes: int) -> list[tuple[LoopNest | None, LoopNest, float]] | None:
+        """A nest whose every pass of its innermost loop (a product's wave of tiles along
+        K) streams at least twice ``span`` lookups, sampled along that loop: the outer
+        loops held at their first iteration, ``kk`` iterations of the innermost replayed to
+        warm the caches and the next ``kk`` counted (at least ``target`` lookups) and
+        scaled by (passes x iterations) / kk; then the pass's accesses after the loop (the
+        tile stores) counted, with the write-back of the lines they dirtied, and scaled by
+        the passes.
+
+        Only where one pass streams at least twice ``span`` (``span``: two sweeps of the
+        caches) and the sampled iterations at least ``span``: there every line a pass
+        reads was last touched a pass or more ago, further back than the caches hold, so
+        it misses in the whole nest as in the sample; the warm-up, reads only, has pushed
+        out what the nest inherited, so the write-back is the stores' alone; and the
+        streaming that follows a pass's stores in the whole nest writes them back. Only a
+        nest whose accesses all lie in the innermost loop or just after it."""
+        depth = len(self.counts)
+        if depth == 0 or span <= 0:
+            return None
+        body = tuple(a for a in self.accesses if a.depth == depth)
+        tail = tuple(a for a in self.accesses if a.depth != depth)
+        if not body or any(a.is_write for a in body) or any(a.depth != depth - 1 or not a.after for a in tail):
+            return None
+        chunks = self.counts[-1]
+        passes = 1
+        for c in self.counts[:-1]:
+            passes *= c
+        if chunks < 2 or passes == 0:
+            return None
+        per_chunk = LoopNest(self.counts, body).line_lookups(line_bytes) / (passes * chunks)
+        kk = max(1, -(-max(target, span) // max(1, int(per_chunk))))  # counted: the share, at least span
+        if 2 * kk > chunks or per_chunk * chunks < 2 * span:
+            return None
+        head = (1,) * (depth - 1)
+        shifted = tuple(replace(a, base=a.base + kk * a.strides[-1]) for a in body)
+        parts: list[tuple[LoopNest | None, LoopNest, float]] = [
+            (LoopNest(head + (kk,), body, self.label + ".warm"), LoopNest(head + (kk,), shifted, self.label + ".sample"),
+             passes * chunks / kk)]
+        if tail:
+            stores = tuple(replace(a, after=False) for a in tail)
+            parts.append((None, LoopNest(head, stores, self.label + ".after", write_back=True), float(passes)))
+        return parts
 
     def _sampled(self, d: int, k: int, outer: int) -> tuple[LoopNest | None, LoopNest, float]:
         """``k`` iterations of loop ``d`` after as many of warm-up, the loops outside it held

@@ -75,8 +75,10 @@ CHUNK_LOOKUPS = int(ENGINE_RATE / 4)
 class ReplayPlan:
     """What :func:`simulate_step` will replay, worked out before any of it runs.
 
-    ``replays[k][i]`` is ``(warm_up, counted, scale)`` for nest ``i`` of kernel ``k``
-    (``LoopNest.sample``; ``(None, nest, 1.0)`` when the nest is replayed whole), and
+    ``replays[k]`` is kernel ``k``'s replays in order, each ``(warm_up, counted, scale)``:
+    one a nest (``LoopNest.sample``; ``(None, nest, 1.0)`` when the nest is replayed
+    whole), or two where a nest is sampled along its innermost loop
+    (``LoopNest.sample_parts``: its iterations, then the stores after them), and
     ``lookups`` the first-level line lookups of all of it, every pass included: the
     engine's work, counted from the streams alone.
     """
@@ -133,9 +135,9 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
         row = []
         for nest, n in zip(low.nests, nest_sizes, strict=True):
             budget = max(floor, int(n * share)) if sample else 0
-            warm, counted, scale = nest.sample(budget, line) if budget else (None, nest, 1.0)
-            row.append((warm, counted, scale))
-            lookups += n if counted is nest else row_lookups([(warm, counted, scale)], line)
+            parts = nest.sample_parts(budget, line, span=floor) if budget else [(None, nest, 1.0)]
+            row.extend(parts)
+            lookups += n if parts[0][1] is nest else row_lookups(parts, line)
         replays.append(row)
     return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
 

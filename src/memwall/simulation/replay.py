@@ -322,6 +322,8 @@ def _run(hierarchy: Hierarchy, nest: LoopNest, line: int, progress: Callable[[in
         hierarchy.replay_nest(piece)
         if progress is not None:
             progress(piece.line_lookups(line))
+    if nest.write_back:
+        hierarchy.flush()
 
 
 def engine_fields(machine: Machine) -> dict[str, Any]:
