@@ -44,9 +44,13 @@ def _floor_rule(text: str) -> Callable[[int], int]:
         return SHIPPED
     if text.endswith("x"):
         spans = float(text[:-1])
+        if not spans > 0:
+            raise ValueError(f"{text!r}: spans must be positive")
         return lambda lines: max(P.SAMPLE_FLOOR_MIN, min(P.CACHE_SPANS * lines, int(spans * lines)))
     scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
     lookups = int(float(text.rstrip("km")) * scale)
+    if lookups <= 0:
+        raise ValueError(f"{text!r}: lookups must be positive")
     return lambda lines: max(P.SAMPLE_FLOOR_MIN, min(P.CACHE_SPANS * lines, lookups))
 
 
@@ -92,14 +96,18 @@ def main() -> None:
     ap.add_argument("--reference", default="4M", help="the floor the others are compared with")
     ap.add_argument("--json", help="write the figures here as JSON")
     args = ap.parse_args()
+    try:
+        rules = {name: _floor_rule(name) for name in [args.reference, *args.floors.split(",")]}
+    except ValueError as err:
+        ap.error(f"--floors/--reference: a floor is default, lookups (1M, 500k) or spans (2x): {err}")
     R.REPLAY_THREADS = 1  # one stage after another, as a validation worker replays them
     print(f"load {os.getloadavg()[0]:.2f}")
-    reference = predict_all(_floor_rule(args.reference))
+    reference = predict_all(rules[args.reference])
     print(f"reference {args.reference}: {len(reference)} predictions, "
           f"{sum(r['cpu'] for r in reference.values()):.1f} CPU s")
     report: dict[str, dict] = {}
     for name in args.floors.split(","):
-        row = report[name] = compare(predict_all(_floor_rule(name)), reference)
+        row = report[name] = compare(predict_all(rules[name]), reference)
         print(f"{name:>8}: {row['cpu']:6.1f} CPU s ({row['cpu_multi_device']:.1f} multi-device); "
               f"max |error| {row['max_abs_error']:.2%}, mean |error| {row['mean_abs_error']:.3%}, "
               f"mean {row['mean_error']:+.3%}, over 1 %: {row['over_1_percent']}")
