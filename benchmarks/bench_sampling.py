@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -54,19 +55,26 @@ def _floor_rule(text: str) -> Callable[[int], int]:
     return lambda lines: max(P.SAMPLE_FLOOR_MIN, min(P.CACHE_SPANS * lines, lookups))
 
 
-def predict_all(rule: Callable[[int], int]) -> dict[str, dict]:
-    """Every validation prediction with ``rule`` as the floor: key -> seconds, CPU, devices."""
+def predict_all(rule: Callable[[int], int], name: str) -> dict[str, dict]:
+    """Every validation prediction with ``rule`` as the floor: key -> seconds, CPU, devices
+    (a progress line on stderr every 10 s)."""
     P.sample_floor = rule
     R._REPLAYED.clear()  # a stage replayed at another floor must not answer this one
     out: dict[str, dict] = {}
+    cases = _predictable(load_measurements())
+    began = said = time.monotonic()
     try:
-        for group in replay_groups(_predictable(load_measurements())):
+        for group in replay_groups(cases):
             replays = _Replays()
             for case in group:
                 start = time.process_time()
                 result = run_case(case, replays=replays)
                 out[case_key(case)] = {"machine": case.machine, "devices": case.parallel.devices,
                                        "seconds": result["seconds"], "cpu": time.process_time() - start}
+                if time.monotonic() - said >= 10:
+                    said = time.monotonic()
+                    print(f"  {name}: {len(out)} of {len(cases)} predictions, {said - began:.0f} s", file=sys.stderr,
+                          flush=True)
     finally:
         P.sample_floor = SHIPPED
     return out
@@ -102,12 +110,12 @@ def main() -> None:
         ap.error(f"--floors/--reference: a floor is default, lookups (1M, 500k) or spans (2x): {err}")
     R.REPLAY_THREADS = 1  # one stage after another, as a validation worker replays them
     print(f"load {os.getloadavg()[0]:.2f}")
-    reference = predict_all(rules[args.reference])
+    reference = predict_all(rules[args.reference], f"reference {args.reference}")
     print(f"reference {args.reference}: {len(reference)} predictions, "
           f"{sum(r['cpu'] for r in reference.values()):.1f} CPU s")
     report: dict[str, dict] = {}
     for name in args.floors.split(","):
-        row = report[name] = compare(predict_all(rules[name]), reference)
+        row = report[name] = compare(predict_all(rules[name], name), reference)
         print(f"{name:>8}: {row['cpu']:6.1f} CPU s ({row['cpu_multi_device']:.1f} multi-device); "
               f"max |error| {row['max_abs_error']:.2%}, mean |error| {row['mean_abs_error']:.3%}, "
               f"mean {row['mean_error']:+.3%}, over 1 %: {row['over_1_percent']}")
