@@ -27,6 +27,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 
 from memwall.execute.validation import _predictable, _Replays, replay_groups
 from memwall.simulation import plan as P
@@ -47,12 +48,12 @@ def _floor_rule(text: str) -> Callable[[int], int]:
         spans = float(text[:-1])
         if not spans > 0:
             raise ValueError(f"{text!r}: spans must be positive")
-        return lambda lines: max(P.SAMPLE_FLOOR_MIN, min(P.CACHE_SPANS * lines, int(spans * lines)))
+        return partial(SHIPPED, spans=spans, least=0)
     scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
     lookups = int(float(text.rstrip("km")) * scale)
     if lookups <= 0:
         raise ValueError(f"{text!r}: lookups must be positive")
-    return lambda lines: max(P.SAMPLE_FLOOR_MIN, min(P.CACHE_SPANS * lines, lookups))
+    return partial(SHIPPED, spans=0, least=lookups)  # the flat floor of before 2b64656
 
 
 def predict_all(rule: Callable[[int], int], name: str) -> dict[str, dict]:

@@ -206,12 +206,7 @@ class LoopNest:
         inner = self._sample_inner(budget, span, line_bytes) if span > 0 else None
         if inner is None:
             return [part]
-
-        def cost(parts: list[tuple[LoopNest | None, LoopNest, float]]) -> int:
-            return sum(c.line_lookups(line_bytes) + (w.line_lookups(line_bytes) if w is not None else 0)
-                       for w, c, _ in parts)
-
-        return inner if cost(inner) < cost([part]) else [part]
+        return inner if replay_lookups(inner, line_bytes) < replay_lookups([part], line_bytes) else [part]
 
     def _sample_inner(self, target: int, span: int, line_bytes: int) -> list[tuple[LoopNest | None, LoopNest, float]] | None:
         """A nest whose every pass of its innermost loop (a product's wave of tiles along
@@ -319,6 +314,13 @@ class LoopNest:
         iteration = np.repeat(np.arange(count, dtype=np.int64), len(body_ids))
         offsets = np.tile(body_off, count) + iteration * stride_d[ids] if len(ids) else ids
         return ids, offsets
+
+
+def replay_lookups(parts: Sequence[tuple[LoopNest | None, LoopNest, float]], line_bytes: int) -> int:
+    """First-level line lookups of a planned replay, ``(warm_up, counted, scale)`` parts
+    (:meth:`LoopNest.sample_parts`), their warm-ups included."""
+    return sum(counted.line_lookups(line_bytes) + (warm.line_lookups(line_bytes) if warm is not None else 0)
+               for warm, counted, _ in parts)
 
 
 def nest(counts: Sequence[int], *accesses: Access, label: str = "") -> LoopNest:

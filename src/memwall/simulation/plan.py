@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..options import DEVICES, STEP, Case
 from ..profiles import Machine
 from ..streams import LoopNest
+from ..streams import replay_lookups as row_lookups  # one kernel's planned replay
 from ..workloads.lowering import Lowered, lower
 from ..workloads.step import Kernel, Step
 from .step import build_case_step
@@ -142,10 +143,11 @@ def plan_replay(machine: Machine, step: Step, *, exact: bool = False, whole: int
     return ReplayPlan(lowered=lowered, passes=passes, replays=replays, lookups=lookups * passes, line=line)
 
 
-def sample_floor(lines: int) -> int:
+def sample_floor(lines: int, spans: float = SAMPLE_SPANS, least: int = SAMPLE_FLOOR) -> int:
     """The fewest counted line lookups a sampled nest replays, on caches of ``lines`` lines
-    in all (its warm-up replays as many again)."""
-    return max(SAMPLE_FLOOR_MIN, min(CACHE_SPANS * lines, max(SAMPLE_FLOOR, SAMPLE_SPANS * lines)))
+    in all (its warm-up replays as many again): ``spans`` sweeps of them, at least
+    ``least`` (benchmarks/bench_sampling.py measures other choices)."""
+    return max(SAMPLE_FLOOR_MIN, min(CACHE_SPANS * lines, max(least, int(spans * lines))))
 
 
 def _line(machine: Machine) -> int:
@@ -157,12 +159,6 @@ def _line(machine: Machine) -> int:
 def _lowered(machine: Machine, step: Step) -> list[Lowered]:
     """Every kernel of ``step`` lowered to the machine's streams."""
     return [lower(kernel, machine.schedule, line_bytes=_line(machine)) for kernel in step.kernels]
-
-
-def row_lookups(row: list[tuple[LoopNest | None, LoopNest, float]], line: int) -> int:
-    """First-level line lookups of one kernel's planned replay (its warm-ups included)."""
-    return sum(counted.line_lookups(line) + (warm.line_lookups(line) if warm is not None else 0)
-               for warm, counted, _ in row)
 
 
 def plan_stages(machine: Machine, steps: list[Step], *, exact: bool = False) -> list[ReplayPlan]:
