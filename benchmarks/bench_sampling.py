@@ -46,13 +46,14 @@ def _floor_rule(text: str) -> Callable[[int], int]:
         return SHIPPED
     if text.endswith("x"):
         spans = float(text[:-1])
-        if not spans > 0:
-            raise ValueError(f"{text!r}: spans must be positive")
+        if not 0 < spans <= P.CACHE_SPANS:
+            raise ValueError(f"{text!r}: spans must be above 0 and at most {P.CACHE_SPANS}")
         return partial(SHIPPED, spans=spans, least=0)
     scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
-    lookups = int(float(text.rstrip("km")) * scale)
-    if lookups <= 0:
-        raise ValueError(f"{text!r}: lookups must be positive")
+    number = float(text.rstrip("km")) * scale
+    if not 0 < number <= P.MAX_LOOKUPS:  # (NaN and infinity fail this too)
+        raise ValueError(f"{text!r}: lookups must be above 0 and at most {P.MAX_LOOKUPS:.3g}")
+    lookups = int(number)
     return partial(SHIPPED, spans=0, least=lookups)  # the flat floor of before 2b64656
 
 
