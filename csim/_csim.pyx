@@ -147,7 +147,10 @@ cdef extern from *:
 
 cdef enum:
     MAX_STREAMS = 8                                     # accesses of an innermost body in locals
-    PREFETCH_AHEAD = 16                                 # accesses
+    PREFETCH_LINES = 64                                 # host cache lines hinted and not yet used:
+                                                        #   about what a core's miss buffers hold
+    PREFETCH_AHEAD_MIN = 4                              # accesses
+    PREFETCH_AHEAD_MAX = 16                             # accesses
     PREFETCH_MIN_BYTES = 256 * 1024                     # of a level's ways
     PREFETCH_ROWS_MIN_BYTES = 1024 * 1024               # of the first level's ways: more than a
                                                         #   host core's L2 (1-2 MiB today) holds
@@ -990,22 +993,44 @@ cdef inline void prefetch_sets(engine_t *e, addr_t addr) noexcept nogil:
                 prefetch_bytes(B.way + set * B.ways, B.ways * sizeof(way_t))
 
 
+cdef index_t prefetch_distance(engine_t *e) noexcept nogil:
+    """How far ahead an explicit trace hints its sets: PREFETCH_LINES host lines in flight,
+    shared over the host lines each access's hints fetch. A hint that lands long before its
+    use has taken a miss buffer the accesses in between needed, or is evicted again: with
+    hier3's two deep levels of 16 ways (256 B a set, four host lines each) 8 accesses ahead
+    replays a random trace 1.08x faster than 16 (benchmarks/bench_ceiling.py)."""
+    cdef int lv
+    cdef uint64_t lines = 0
+    cdef level_t *B
+    for lv in range(1, e.n):
+        B = &e.levels[lv]
+        if B.prefetch:
+            if B.stack:
+                lines += 2 * ((B.st.depth * sizeof(uint64_t) + 63) // 64)
+            else:
+                lines += (B.ways * sizeof(way_t) + 63) // 64
+    cdef uint64_t most = PREFETCH_AHEAD_MAX, least = PREFETCH_AHEAD_MIN, budget = PREFETCH_LINES
+    if lines == 0:
+        return <index_t> most
+    return <index_t> min(most, max(least, budget // lines))
+
+
 cdef void replay_range(engine_t *e, const addr_t *addr, const size_t32 *size, const flag_t *is_write,
                        index_t i0, index_t i1, index_t n, bint prefetch) noexcept nogil:
     """Accesses i0 .. i1-1 of n (e.n > 0); ``prefetch``: hint the deep levels' sets
-    PREFETCH_AHEAD accesses ahead, once per change of first-level line."""
-    cdef index_t i
+    e.prefetch_ahead accesses ahead, once per change of first-level line."""
+    cdef index_t i, ahead = e.prefetch_ahead
     cdef int shift0 = e.levels[0].line_shift
     cdef uint64_t line, last_pf = 0
     if e.levels[0].fast:
         replay_first_fast(e, addr, size, is_write, i0, i1, n, prefetch)
         return
     for i in range(i0, i1):
-        if prefetch and i + PREFETCH_AHEAD < n:
-            line = addr[i + PREFETCH_AHEAD] >> shift0
+        if prefetch and i + ahead < n:
+            line = addr[i + ahead] >> shift0
             if line != last_pf:
                 last_pf = line
-                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+                prefetch_sets(e, addr[i + ahead])
         access(e, addr[i], size[i], is_write[i] != 0)
 
 
@@ -1024,6 +1049,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef int shift = L.line_shift
     cdef bint lru = L.policy == POLICY_LRU, pow2 = L.sets_pow2
     cdef uint64_t clock = L.clock
+    cdef index_t ahead = e.prefetch_ahead
     cdef uint64_t reads = 0, writes = 0, read_misses = 0, write_misses = 0
     cdef uint64_t writebacks = 0, bytes_in = 0
     cdef bint mru_valid = L.mru_valid
@@ -1033,11 +1059,11 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef bint wr
     cdef index_t i
     for i in range(i0, i1):
-        if prefetch and i + PREFETCH_AHEAD < n:
-            line = addr[i + PREFETCH_AHEAD] >> shift
+        if prefetch and i + ahead < n:
+            line = addr[i + ahead] >> shift
             if line != last_pf:
                 last_pf = line
-                prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+                prefetch_sets(e, addr[i + ahead])
         a = addr[i]
         wr = is_write[i] != 0
         end = a + (size[i] - 1)
@@ -1206,7 +1232,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
     3. a hit elsewhere: the set's tags scanned, the stamp refreshed, the hint kept;
     4. a miss: the victim (oldest_way), the fetch and the dirty victim's write-back below
        (next_line_ref), and on this path only, the sets below of the access
-       PREFETCH_AHEAD on are hinted to the host (where the levels are marked ``prefetch``).
+       e.prefetch_ahead on are hinted to the host (where the levels are marked ``prefetch``).
 
     Reads and writes are counted per access (writes in a register, reads as the rest). An
     access of several lines goes through replay_first_fast, one access at a time, the
@@ -1222,7 +1248,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t a, line, base, oldest, k, wr, pd = 0  #  fewer locals, the fewer spilled)
     cdef uint64_t prev, prev_idx
     cdef int64_t found
-    cdef index_t i
+    cdef index_t i, ahead = e.prefetch_ahead
     cdef uint64_t hint[WAY_HINTS]
     if i0 >= i1:
         return
@@ -1292,8 +1318,8 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
                 t[k].sd = clock | (t[k].sd & 1)
             continue
         # 3. a miss
-        if prefetch and i + PREFETCH_AHEAD < n:
-            prefetch_sets(e, addr[i + PREFETCH_AHEAD])
+        if prefetch and i + ahead < n:
+            prefetch_sets(e, addr[i + ahead])
         k = 0 if nways == 1 else oldest_way(t, 8) if nways == 8 else oldest_way(t, nways)
         oldest = t[k].sd
         if wr:
@@ -1658,6 +1684,7 @@ cdef class Engine:
             L.through = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and L.write_through
                          and not L.classify and L.inclusion == INCL_NONE
                          and not L.next_exclusive and not L.inclusive_below)
+        self.e.prefetch_ahead = prefetch_distance(&self.e)
         self._clear(False)
 
     def __dealloc__(self):

@@ -136,6 +136,7 @@ ctypedef struct engine_t:
     int n
     memory_t mem
     uint64_t accesses              # demand accesses replayed
+    index_t prefetch_ahead         # accesses between a hint to the host and its use (arrays)
     int err                        # Error, set by nogil code, raised by the caller
 
 # A loop nest as replay_nest walks it (built by memwall.engine._nest_program).
