@@ -138,6 +138,23 @@ def test_one_tile_draws_one_units_bandwidth_and_enough_tiles_the_peak():
     assert ten.terms[MEMORY] == pytest.approx(nbytes / (10 * b_u / lat))
 
 
+def test_a_last_partial_wave_streams_with_its_own_units_bytes_in_flight():
+    """120 tiles on 100 units: the first wave's 100 tiles move 100/120 of the bytes at the
+    peak; the last wave's 20 tiles move the rest with 20 units' bytes in flight."""
+    b_u, lat = 5000.0, 100e-9  # 50 GB/s a unit: 20 units draw 1 TB/s, 10 units 0.5 TB/s
+    m = gpu(units=100, in_flight=b_u, latency=lat, bandwidth=1000 * GB)
+    nbytes = 1.2e9
+    assert kernel(m, nbytes=nbytes, tiles=120, op="elementwise").terms[MEMORY] == pytest.approx(
+        1e9 / (1000 * GB) + 0.2e9 / (1000 * GB))  # 20 units reach the peak: no slower than one wave
+    assert kernel(m, nbytes=nbytes, tiles=110, op="elementwise").terms[MEMORY] == pytest.approx(
+        (100 / 110) * nbytes / (1000 * GB) + (10 / 110) * nbytes / (10 * b_u / lat))
+    # whole waves stream at the peak throughout; the same tail on a machine whose units
+    # keep the peak alone costs nothing
+    assert kernel(m, nbytes=nbytes, tiles=200, op="elementwise").terms[MEMORY] == pytest.approx(1.2e-3)
+    wide = gpu(units=100, in_flight=10 ** 6, latency=lat, bandwidth=1000 * GB)
+    assert kernel(wide, nbytes=nbytes, tiles=110, op="elementwise").terms[MEMORY] == pytest.approx(1.2e-3)
+
+
 @pytest.mark.parametrize("tiles", [1, 3, 40, 99, 100, 250])
 def test_more_units_or_more_bytes_in_flight_is_never_slower(tiles):
     previous = None
