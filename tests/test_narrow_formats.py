@@ -98,6 +98,32 @@ def test_fp8_training_runs_the_block_products_in_fp8_and_the_rest_in_bf16():
     assert step.config.gradient_dtype == "bf16"
 
 
+@pytest.mark.parametrize("phase, extra", [("decode", {"context": 64, "batch": 8}), ("prefill", {"context": 64})])
+def test_fp8_inference_is_w8a8_weights_and_product_inputs_narrow_the_rest_bf16(phase, extra):
+    """vLLM's and TensorRT-LLM's fp8: the block matrices' weights stored in fp8 and read as
+    they are (no cast, no dequantization), each product's activation operand cast, every
+    other tensor (norms, residuals, attention, the head and its weights, the KV cache) bf16."""
+    step = build_case_step(Case(machine="h100-sxm", network="gpt2-small", phase=phase, dtype="fp8", **extra))
+    bf = build_case_step(Case(machine="h100-sxm", network="gpt2-small", phase=phase, dtype="bf16", **extra))
+    narrow = [k for k in step.kernels if k.dtype == "fp8"]
+    assert narrow and all(k.op in ("gemm", "gemv") and k.layer >= 0 for k in narrow)
+    assert {k.dtype for k in step.kernels if k not in narrow} == {"bf16"}
+    assert any(k.name.startswith("head.") and k.dtype == "bf16" for k in step.kernels)
+    for k in narrow:
+        a, b = k.reads[0], k.reads[1]
+        assert a.name.endswith(".fp8") and ".cast." not in b.name and b.bytes == k.dims[1] * k.dims[2]
+        assert k.params["c_bytes"] == 2 and "dequant" not in k.ops
+    casts = [k for k in step.kernels if ".cast.fp8" in k.name]
+    assert casts and all(k.reads[0].bytes == 2 * k.writes[0].bytes for k in casts)  # bf16 in, fp8 out
+    cast_out = {t for k in casts for t in k.writes}
+    assert all(k.reads[0] in cast_out for k in narrow)  # every product's activation operand, cast
+    assert not any(k.name == "fp8.amax_and_scale_update" for k in step.kernels)  # serving's scales are fixed
+    # the block matrices' weights take half their bf16 bytes; the head's and the KV cache's do not move
+    ledger, ledger_bf = step.ledger.as_dict(), bf.ledger.as_dict()
+    assert ledger["kv_cache"] == ledger_bf["kv_cache"]
+    assert ledger_bf["weights"] / 2 < ledger["weights"] < ledger_bf["weights"]
+
+
 def test_fp8_products_run_at_the_fp8_rate_and_the_rest_at_bf16s():
     """Kernel by kernel against the bf16 step: a block's products take bf16 / fp8 of the
     time in arithmetic (the same tiles and waves), the head and attention the same."""

@@ -184,7 +184,8 @@ OPTIONS: tuple[Option, ...] = (
     _option("optimizer", str, "the optimizer's update", STEP, default="sgd", choices=OPTIMIZERS, phases=TRAIN_ONLY),
     _option("dtype", str, f"the arithmetic type: training {', '.join(TRAINING_DTYPES)} (fp8 and the "
             "block-scaled formats as Transformer Engine trains: the products narrow, the rest bf16); inference "
-            "also int8; a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
+            "also int8 (fp8 and the block formats as W8A8 serving runs them: the block matrices' weights and "
+            "product inputs narrow, the rest bf16); a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
             default_doc="the network's own; fp32 for a GEMM"),
     _option("seq_len", int, "tokens per sequence, for sequence models", STEP, minimum=1, phases=NOT_SERVING,
             default_doc="the preset's", metavar="N"),

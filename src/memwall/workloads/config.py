@@ -197,13 +197,13 @@ class TrainingConfig:
     @property
     def product_dtype(self) -> str | None:
         """The narrow type the products run in, the rest of the step in :attr:`storage_dtype`:
-        fp8 and the block formats in training (Transformer Engine's recipes), the block
-        formats in inference; None where the whole step runs in ``dtype``."""
+        fp8 and the block formats, in training (Transformer Engine's recipes) and in
+        inference (W8A8 as vLLM and TensorRT-LLM serve it: the block matrices' weights stored
+        narrow, their products' activation operands cast, every other tensor in bf16); None
+        where the whole step runs in ``dtype``."""
         if self.single_product:
             return None
-        if (self.training and self.dtype in NARROW_TRAINING) or self.dtype in BLOCK_FORMATS:
-            return self.dtype
-        return None
+        return self.dtype if self.dtype in NARROW_TRAINING else None
 
     @property
     def storage_dtype(self) -> str:
@@ -214,10 +214,13 @@ class TrainingConfig:
     @property
     def stored_weights(self) -> str | None:
         """The type the block matrices are stored in when not the step's own: ``weights``, or
-        in inference a block format's own (its products read the weights in it)."""
+        in inference a narrow product type's own (fp8 or a block format: its products read
+        the weights in it)."""
         if self.weights is not None:
             return self.weights
-        return self.dtype if self.dtype in BLOCK_FORMATS and not self.training else None
+        if self.training:
+            return None
+        return self.dtype if self.dtype in BLOCK_FORMATS else self.product_dtype
 
     @property
     def elem_bytes(self) -> int:
