@@ -548,30 +548,28 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     for lv in traffic.levels:
         moved = lv.bytes + (workspace if lv.name == into else 0)
         if in_flight and busy and lv.latency:
-            terms[lv.name] = _capped_seconds(moved, lv.bandwidth, in_flight, lv.latency, units, tiles)
+            terms[lv.name] = _capped_seconds(moved, lv.bandwidth, in_flight, lv.latency, busy, units, tiles)
         else:
             terms[lv.name] = moved / lv.bandwidth if lv.bandwidth else 0.0
     stall = _stall_over(max(terms.values()), compute, terms)
     return ModelTimes(compute, 0.0, stall, terms)
 
 
-def _capped_seconds(moved: float, bandwidth: float, in_flight: float, latency: float, units: int,
+def _capped_seconds(moved: float, bandwidth: float, in_flight: float, latency: float, busy: int, units: int,
                     tiles: int) -> float:
     """Seconds a level takes to move ``moved`` bytes for ``tiles`` tiles run in waves over
-    ``units`` units, each busy unit drawing at most its ``in_flight`` bytes a ``latency``
-    (Little's law), the level at most ``bandwidth`` (0: no bandwidth of its own). Each
-    tile moves an equal share; a full wave's units draw together, and the last, partial
-    wave of r tiles draws r units' worth: the waves that quantize the arithmetic quantize
-    the transfer too."""
-    def rate(busy: int) -> float:
-        cap = busy * in_flight / latency
+    ``units`` units (``busy`` of them at once), each busy unit drawing at most its
+    ``in_flight`` bytes a ``latency`` (Little's law), the level at most ``bandwidth`` (0: no
+    bandwidth of its own). Each tile moves an equal share; a full wave's units draw
+    together, and the last, partial wave of r tiles draws r units' worth: the waves that
+    quantize the arithmetic quantize the transfer too."""
+    def rate(units_drawing: int) -> float:
+        cap = units_drawing * in_flight / latency
         return min(bandwidth, cap) if bandwidth else cap
 
-    if not units or not tiles or tiles <= units:
-        return moved / rate(min(units, tiles) if units and tiles else units or 1)
-    full, tail = divmod(tiles, units)
-    if not tail:
-        return moved / rate(units)
+    full, tail = divmod(tiles, units) if units else (0, 0)
+    if not full or not tail:  # one wave, or whole waves: every busy unit draws throughout
+        return moved / rate(busy)
     share = moved / tiles
     return full * units * share / rate(units) + tail * share / rate(tail)
 
