@@ -2,7 +2,9 @@
 """memwall's cache-hierarchy engine: replays references through set-associative levels.
 
 Owns the C state of a hierarchy (per level: one flat array of 16-byte ways, each its tag
-and its stamp with the dirty bit, tree-PLRU bits, a seeded generator, the 3C shadows)
+and its stamp with the dirty bit; at a plain LRU/FIFO level of 2 to 16 ways, each set's
+recency order in one word, so a miss takes its victim without a pass over the stamps;
+tree-PLRU bits, a seeded generator, the 3C shadows)
 and the hot loops: explicit arrays (with the first level held in locals when it is a plain
 LRU/FIFO write-back level), affine loop nests expanded in place, and the end-of-run flush.
 The rules are exactly /ENGINE_SEMANTICS.md, plus the inclusion options stated in
@@ -144,6 +146,48 @@ cdef extern from *:
     """
     void *memwall_alloc_ways(size_t bytes) nogil
     void memwall_free_ways(void *p, size_t bytes) nogil
+
+cdef extern from *:
+    """
+    /* A set's recency order in one word (an ``ordered`` level: 2..16 ways): nibble r holds
+       the way at rank r, rank 0 the most recently used (LRU) or installed (FIFO), rank
+       ways-1 the oldest. It ranks the ways exactly as their stamps do, an invalid way
+       (stamp 0) below every valid one and the invalid ones lowest way first, so the victim
+       oldest_way would choose is the top rank: a miss needs no pass over the stamps (as
+       the shared ceiling's move-to-front sets need none). */
+    #include <stdint.h>
+    #define MEMWALL_NIBBLES 0x1111111111111111ULL
+    static inline uint64_t memwall_order_init(uint64_t ways) {  /* empty: way 0 the victim */
+        uint64_t p = 0;
+        for (uint64_t r = 0; r < ways; r++)
+            p |= (ways - 1 - r) << (4 * r);
+        return p;
+    }
+    static inline uint64_t memwall_order_victim(uint64_t p, uint64_t ways) {
+        return (p >> (4 * (ways - 1))) & 15;
+    }
+    /* The victim installed: it moves from the top rank to rank 0. */
+    static inline uint64_t memwall_order_rotate(uint64_t p, uint64_t ways) {
+        uint64_t v = (p >> (4 * (ways - 1))) & 15;
+        uint64_t keep = ways == 16 ? ~0ULL : (1ULL << (4 * ways)) - 1;
+        return ((p << 4) | v) & keep;
+    }
+    /* Way k to rank 0, the ways above it in recency down one rank. The lowest nibble equal
+       to k is found exactly by the zero-nibble test (a borrow only corrupts the nibbles
+       above the first zero one); the ranks beyond ``ways`` are zero and lie above it. */
+    static inline uint64_t memwall_order_touch(uint64_t p, uint64_t k) {
+        uint64_t x = p ^ (k * MEMWALL_NIBBLES);
+        uint64_t z = (x - MEMWALL_NIBBLES) & ~x & (8 * MEMWALL_NIBBLES);
+        int r = __builtin_ctzll(z) >> 2;
+        uint64_t low = p & ((1ULL << (4 * r)) - 1);
+        uint64_t high = r == 15 ? 0 : (p >> (4 * r + 4)) << (4 * r + 4);
+        return high | (low << 4) | k;
+    }
+    """
+    uint64_t memwall_order_init(uint64_t ways) nogil
+    uint64_t memwall_order_victim(uint64_t p, uint64_t ways) nogil
+    uint64_t memwall_order_rotate(uint64_t p, uint64_t ways) nogil
+    uint64_t memwall_order_touch(uint64_t p, uint64_t k) nogil
 
 cdef enum:
     MAX_STREAMS = 8                                     # accesses of an innermost body in locals
@@ -437,6 +481,8 @@ cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     if L.policy == POLICY_LRU:
         L.clock += 2
         L.way[set * L.ways + way].sd = L.clock | (L.way[set * L.ways + way].sd & 1)
+        if L.order != NULL:
+            L.order[set] = memwall_order_touch(L.order[set], way)
     elif L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
@@ -472,11 +518,15 @@ cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, 
     L.way[idx].tag = line
     L.clock += 2
     L.way[idx].sd = L.clock | (dirty != 0)  # LRU: last use; FIFO: install time
+    if L.order != NULL:
+        L.order[set] = memwall_order_touch(L.order[set], way)
     if L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
 
 cdef inline void invalidate(level_t *L, uint64_t idx) noexcept nogil:
+    # (Never at an ``ordered`` level: no inclusion there or below, no victim level, so
+    # nothing but a reset empties its ways, and its order needs no invalid way moved.)
     L.way[idx].sd = 0
     L.way[idx].tag = 0
     if L.mru_valid and L.mru_idx == idx:
@@ -817,9 +867,13 @@ cdef inline void fast_hit(level_t *L, uint64_t idx, uint64_t line, bint is_write
         L.c.writes += 1
     else:
         L.c.reads += 1
+    cdef uint64_t set
     if L.policy == POLICY_LRU:
         L.clock += 2
         L.way[idx].sd = L.clock | (sd & 1) | <uint64_t> is_write
+        if L.order != NULL:
+            set = idx >> __builtin_ctzll(L.ways) if (L.ways & (L.ways - 1)) == 0 else idx // L.ways
+            L.order[set] = memwall_order_touch(L.order[set], idx - set * L.ways)
     elif is_write:
         L.way[idx].sd = sd | 1
     if first:
@@ -838,7 +892,12 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef uint64_t set = set_of(L, line)
     cdef way_t *w = L.way + set * nways
     cdef uint64_t best = 0, oldest
-    cdef int64_t found = find_or_oldest(w, nways, line, &best)
+    cdef int64_t found
+    if L.order != NULL:  # the victim is the order's top rank: the tags alone are scanned
+        found = find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
+        best = memwall_order_victim(L.order[set], nways)
+    else:
+        found = find_or_oldest(w, nways, line, &best)
     if is_write:
         mark_dirty_set(L, set)
     if found >= 0:
@@ -861,6 +920,8 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     w[best].tag = line
     L.clock += 2
     w[best].sd = L.clock | <uint64_t> is_write
+    if L.order != NULL:
+        L.order[set] = memwall_order_rotate(L.order[set], nways)
     if lv == 0:
         L.mru_valid = 1
         L.mru_line = line
@@ -1054,7 +1115,8 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t writebacks = 0, bytes_in = 0
     cdef bint mru_valid = L.mru_valid
     cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
-    cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0
+    cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0, s
+    cdef uint64_t *order = L.order
     cdef int64_t found
     cdef bint wr
     cdef index_t i
@@ -1079,9 +1141,15 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 # most recent already), only the dirty bit.
                 ways[mru_idx].sd |= <uint64_t> wr
             else:
-                w = ways + set_index(line, pow2, set_mask, magic, sets) * nways
+                s = set_index(line, pow2, set_mask, magic, sets)
+                w = ways + s * nways
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
+                elif order != NULL:  # the victim is the order's top rank: only the tags scanned
+                    # (16 ways as a constant: the scan unrolled, as below_pow2's)
+                    found = find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
+                    k = <uint64_t> found if found >= 0 else nways
+                    best = memwall_order_victim(order[s], nways)
                 else:
                     found = find_or_oldest(w, nways, line, &best)
                     k = <uint64_t> found if found >= 0 else nways
@@ -1090,6 +1158,8 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     if lru:
                         clock += 2
                         w[k].sd = clock | (sd & 1) | <uint64_t> wr
+                        if order != NULL:
+                            order[s] = memwall_order_touch(order[s], k)
                     elif wr:
                         w[k].sd = sd | 1
                 else:
@@ -1110,6 +1180,8 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     w[best].tag = line
                     clock += 2
                     w[best].sd = clock | <uint64_t> wr
+                    if order != NULL:
+                        order[s] = memwall_order_rotate(order[s], nways)
                     k = best
                 mru_valid = 1
                 mru_line = line
@@ -1157,7 +1229,7 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     pass over the set finds the line or the victim (find_or_oldest), as line_ref_fast."""
     cdef level_t *L
     cdef way_t *t
-    cdef uint64_t nways, k = 0, oldest, lb
+    cdef uint64_t nways, k = 0, oldest, lb, set
     cdef int64_t found
     if lv + 1 == e.n or not e.levels[lv].next_same_line or not e.levels[lv + 1].fast \
             or not e.levels[lv + 1].sets_pow2:
@@ -1166,10 +1238,14 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     L = &e.levels[lv + 1]
     nways = L.ways
     lb = L.line_bytes
-    t = L.way + (line & L.set_mask) * nways
+    set = line & L.set_mask
+    t = L.way + set * nways
     # The common way counts as constants: the scan is then unrolled, with no loop counter
     # (as the ceiling compiles its sets per way count).
-    if nways == 16:
+    if L.order != NULL:  # the victim is the order's top rank: only the tags scanned
+        found = find_line(t, 16, line) if nways == 16 else find_line(t, nways, line)
+        k = memwall_order_victim(L.order[set], nways)
+    elif nways == 16:
         found = find_or_oldest(t, 16, line, &k)
     elif nways == 8:
         found = find_or_oldest(t, 8, line, &k)
@@ -1184,6 +1260,8 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
         if L.policy == POLICY_LRU:
             L.clock += 2
             t[k].sd = L.clock | (t[k].sd & 1) | is_write
+            if L.order != NULL:
+                L.order[set] = memwall_order_touch(L.order[set], k)
         elif is_write:
             t[k].sd |= 1
         return
@@ -1201,6 +1279,8 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     t[k].tag = line
     L.clock += 2
     t[k].sd = L.clock | is_write
+    if L.order != NULL:
+        L.order[set] = memwall_order_rotate(L.order[set], nways)
 
 
 cdef void writeback_pow2(engine_t *e, int lv, uint64_t line) noexcept nogil:
@@ -1246,7 +1326,8 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t clock = L.clock
     cdef uint64_t nw = 0, nsplit = 0  # (the misses' counters go to L.c as they happen: the
     cdef uint64_t a, line, base, oldest, k, wr, pd = 0  #  fewer locals, the fewer spilled)
-    cdef uint64_t prev, prev_idx
+    cdef uint64_t prev, prev_idx, s
+    cdef uint64_t *order = L.order
     cdef int64_t found
     cdef index_t i, ahead = e.prefetch_ahead
     cdef uint64_t hint[WAY_HINTS]
@@ -1295,6 +1376,9 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
                 if lru:
                     clock += 2
                     ways[k].sd = clock | (ways[k].sd & 1)
+                    if order != NULL:
+                        s = line & mask
+                        order[s] = memwall_order_touch(order[s], k - s * nways)
                 continue
         if nways == 1:
             # direct-mapped: the one way; a hit changes no replacement state (a way's stamp
@@ -1316,11 +1400,16 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
             if lru:
                 clock += 2
                 t[k].sd = clock | (t[k].sd & 1)
+                if order != NULL:
+                    order[line & mask] = memwall_order_touch(order[line & mask], k)
             continue
         # 3. a miss
         if prefetch and i + ahead < n:
             prefetch_sets(e, addr[i + ahead])
-        k = 0 if nways == 1 else oldest_way(t, 8) if nways == 8 else oldest_way(t, nways)
+        if order != NULL:  # the order's top rank, as oldest_way would choose it
+            k = memwall_order_victim(order[line & mask], nways)
+        else:
+            k = 0 if nways == 1 else oldest_way(t, 8) if nways == 8 else oldest_way(t, nways)
         oldest = t[k].sd
         if wr:
             L.c.write_misses += 1
@@ -1336,6 +1425,8 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
         t[k].tag = line
         clock += 2
         t[k].sd = clock | wr
+        if order != NULL:
+            order[line & mask] = memwall_order_rotate(order[line & mask], nways)
         prev_idx = base + k
         hint[line & (WAY_HINTS - 1)] = prev_idx
         pd = 0
@@ -1684,6 +1775,10 @@ cdef class Engine:
             L.through = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and L.write_through
                          and not L.classify and L.inclusion == INCL_NONE
                          and not L.next_exclusive and not L.inclusive_below)
+            if L.fast and L.inclusion == INCL_NONE and 2 <= L.ways <= 16:  # ordered: see level_t.order
+                L.order = <uint64_t *> memwall_alloc_ways(L.sets * sizeof(uint64_t))
+                if L.order == NULL:
+                    raise MemoryError(f"cannot allocate level {self.names[i]!r}")
         self.e.prefetch_ahead = prefetch_distance(&self.e)
         self._clear(False)
 
@@ -1695,6 +1790,7 @@ cdef class Engine:
         for i in range(self.e.n):
             L = &self.e.levels[i]
             memwall_free_ways(L.way, L.sets * L.ways * sizeof(way_t))
+            memwall_free_ways(L.order, L.sets * sizeof(uint64_t))
             free(L.dirty_sets)
             free(L.plru)
             free(L.seen.keys)
@@ -1709,7 +1805,7 @@ cdef class Engine:
     cdef void _clear(self, bint arrays) noexcept:
         cdef int i
         cdef level_t *L
-        cdef uint64_t nways_total, nslots
+        cdef uint64_t nways_total, nslots, first, set
         for i in range(self.e.n):
             L = &self.e.levels[i]
             nways_total = L.sets * L.ways
@@ -1720,6 +1816,10 @@ cdef class Engine:
                 if L.dirty_sets != NULL:
                     memset(L.dirty_sets, 0, ((L.sets + 63) >> 6) * sizeof(uint64_t))
                 memset(L.plru, 0, L.sets * (L.ways - 1) if L.ways > 1 else 1)
+            if L.order != NULL:
+                first = memwall_order_init(L.ways)
+                for set in range(L.sets):
+                    L.order[set] = first
             L.clock = 0
             L.rng = L.seed
             L.mru_valid = 0
@@ -1998,6 +2098,8 @@ cdef class Engine:
             L = &self.e.levels[i]
             O = &other.e.levels[i]
             memcpy(L.way, O.way, L.sets * L.ways * sizeof(way_t))
+            if L.order != NULL and O.order != NULL:
+                memcpy(L.order, O.order, L.sets * sizeof(uint64_t))
             memcpy(L.plru, O.plru, L.sets * (L.ways - 1) if L.ways > 1 else 1)
             if L.dirty_sets != NULL:
                 memcpy(L.dirty_sets, O.dirty_sets, ((L.sets + 63) >> 6) * sizeof(uint64_t))
@@ -2065,6 +2167,25 @@ cdef class Engine:
             raise IndexError(f"no valid way {way} in set {set}")
         L.mru_valid = 0
         touch(L, set, way)
+
+    def _test_set_stamps(self, int level, uint64_t set):
+        """One set's stamps (``sd``: stamp << 1 | dirty, 0 where invalid), in way order."""
+        cdef level_t *L = self._test_level(level)
+        if L.stack:
+            raise ValueError("a capacity-sweep level has no ways")
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
+        return [L.way[set * L.ways + w].sd for w in range(L.ways)]
+
+    def _test_set_order(self, int level, uint64_t set):
+        """An ``ordered`` level's recency order of one set: its ways from rank 0 (most
+        recent) to rank ways-1 (the victim); None at a level that keeps no order."""
+        cdef level_t *L = self._test_level(level)
+        if L.order == NULL:
+            return None
+        if set >= L.sets:
+            raise IndexError(f"no set {set}")
+        return [(L.order[set] >> (4 * r)) & 15 for r in range(L.ways)]
 
     def _test_set_snapshot(self, int level, uint64_t set):
         """One set's ways: ``[(line or None, dirty), ...]`` in way order."""

@@ -112,6 +112,11 @@ ctypedef struct level_t:
     bint through                   # derived: as fast, but write-through (no-write-allocate)
                                    #   and not a victim level: line_ref_through applies
     way_t *way                     # sets*ways, set by set
+    uint64_t *order                # an ``ordered`` level (fast, no inclusion, 2..16 ways): per
+                                   #   set, its ways by recency, one 4-bit way number a rank
+                                   #   (rank 0 most recent, rank ways-1 the victim), kept beside
+                                   #   the stamps so a miss finds its victim without a scan.
+                                   #   NULL at any other level
     uint64_t *dirty_sets           # levels below the first: one bit per set that may hold a
                                    #   dirty way (set wherever a way there can turn dirty:
                                    #   line_ref_fast, line_ref_general, below_pow2,
