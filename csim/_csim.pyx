@@ -2,7 +2,8 @@
 """memwall's cache-hierarchy engine: replays references through set-associative levels.
 
 Owns the C state of a hierarchy (per level: one flat array of 16-byte ways, each its tag
-and its stamp with the dirty bit; at a plain LRU/FIFO level of 2 to 16 ways, each set's
+and its stamp with the dirty bit; at a plain LRU/FIFO level of 2 to 16 ways that mostly
+misses (below the first, or a first level larger than the host's caches), each set's
 recency order in one word, so a miss takes its victim without a pass over the stamps;
 tree-PLRU bits, a seeded generator, the 3C shadows)
 and the hot loops: explicit arrays (with the first level held in locals when it is a plain
@@ -1775,7 +1776,14 @@ cdef class Engine:
             L.through = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and L.write_through
                          and not L.classify and L.inclusion == INCL_NONE
                          and not L.next_exclusive and not L.inclusive_below)
-            if L.fast and L.inclusion == INCL_NONE and 2 <= L.ways <= 16:  # ordered: see level_t.order
+            # Ordered (level_t.order) where misses are what a lookup mostly costs: below the
+            # first level (each lookup there is a miss above), or a first level too large for
+            # the host's caches (a GPU's L2: steps that stream through it). A small first
+            # level hits far more than it misses, and the order's update on every hit cost
+            # more than the scans it saved (the ceiling's mlp trace through hier3's 32 KiB
+            # L1: 0.57x -> 0.40x of the scalar C replay).
+            if (L.fast and L.inclusion == INCL_NONE and 2 <= L.ways <= 16
+                    and (i > 0 or L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES)):
                 L.order = <uint64_t *> memwall_alloc_ways(L.sets * sizeof(uint64_t))
                 if L.order == NULL:
                     raise MemoryError(f"cannot allocate level {self.names[i]!r}")

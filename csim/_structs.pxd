@@ -112,7 +112,8 @@ ctypedef struct level_t:
     bint through                   # derived: as fast, but write-through (no-write-allocate)
                                    #   and not a victim level: line_ref_through applies
     way_t *way                     # sets*ways, set by set
-    uint64_t *order                # an ``ordered`` level (fast, no inclusion, 2..16 ways): per
+    uint64_t *order                # an ``ordered`` level (fast, no inclusion, 2..16 ways, below
+                                   #   the first or a first of 1 MiB of ways or more): per
                                    #   set, its ways by recency, one 4-bit way number a rank
                                    #   (rank 0 most recent, rank ways-1 the victim), kept beside
                                    #   the stamps so a miss finds its victim without a scan.
