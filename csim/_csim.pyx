@@ -1116,7 +1116,8 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t writebacks = 0, bytes_in = 0
     cdef bint mru_valid = L.mru_valid
     cdef uint64_t mru_line = L.mru_line, mru_idx = L.mru_idx
-    cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0, s
+    cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0, s = 0
+    cdef uint64_t s_line = 0  # the line whose set s is (0 with s = 0 unknown: line 0 is computed)
     cdef uint64_t *order = L.order
     cdef int64_t found
     cdef bint wr
@@ -1142,7 +1143,13 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 # most recent already), only the dirty bit.
                 ways[mru_idx].sd |= <uint64_t> wr
             else:
-                s = set_index(line, pow2, set_mask, magic, sets)
+                if line == s_line + 1 and line != 0:  # the next line of a run: the next set
+                    s += 1
+                    if s == sets:
+                        s = 0
+                else:
+                    s = set_index(line, pow2, set_mask, magic, sets)
+                s_line = line
                 w = ways + s * nways
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
