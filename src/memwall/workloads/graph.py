@@ -80,6 +80,15 @@ class Op:
         return self.reads + self.writes
 
 
+def _placed(op: Op, layer: int, group: str, block: int) -> Op:
+    """A copy of ``op`` in this layer, group and block: ``replace`` without its per-field
+    ``getattr`` and ``__init__`` (an Op checks nothing when built), for the hundreds of
+    thousands of kernels the validation's steps declare."""
+    placed = object.__new__(Op)
+    placed.__dict__.update(op.__dict__, layer=layer, group=group, block=block)
+    return placed
+
+
 @dataclass(frozen=True)
 class Param:
     """A trained tensor: its weights, gradient (training only) and optimizer state, by id."""
@@ -132,7 +141,7 @@ class Graph:
         while tid in self.tensors:
             n += 1
             tid = f"{decl.id}#{n}"
-        self.tensors[tid] = replace(decl, id=tid)
+        self.tensors[tid] = decl if tid == decl.id else replace(decl, id=tid)
         return tid
 
     def tensor(self, name: str, elements: int, esz: int | None = None, *, cls: str | None = None,
@@ -221,7 +230,7 @@ class Graph:
             self.layer, self.group, self.block = old
 
     def add(self, op: Op) -> Op:
-        op = replace(op, layer=self.layer, group=self.group, block=self.block)
+        op = _placed(op, self.layer, self.group, self.block)
         for w in op.writes if self.cast_roots else ():  # a tensor written again (summed in place) needs a new cast
             for t in self.cast_roots.pop(self.root(w)[0], ()):
                 self.casts.pop(t, None)
