@@ -57,14 +57,14 @@ ENGINE_RATE = 17e6  # line lookups per second
 MAX_LOOKUPS = int(ENGINE_RATE * 600)
 
 
-# What a sweep's estimate says beside the bound: the README's main job replayed 4.73e9 line
-# lookups in 47 s on 2 workers of a 2-core machine at load 0.5 (50 M a second a worker,
-# with shared replays), and drew its 11 figures in 17 s; its 121 validation predictions
-# took 65 s on 2 workers at load 0.7 (1.07 s a prediction a worker, a pipeline's stages
-# sharing their runs; benchmarks/README.md).
-TYPICAL_RATE = 50e6  # line lookups per second a worker
-FIGURE_SECONDS = 1.5
-PREDICTION_SECONDS = 1.1
+# What a sweep's estimate says beside the bound: the README's main job replayed 4.66e9 line
+# lookups in 28 s on 2 workers of a 2-core machine at load 0.9 (83 M a second a worker,
+# with shared replays), and drew its 14 figures in 9 s; its 121 validation predictions
+# took 35 s on 2 workers (0.58 s a prediction a worker; benchmarks/README.md, "Measured
+# after the recency order").
+TYPICAL_RATE = 80e6  # line lookups per second a worker
+FIGURE_SECONDS = 0.65
+PREDICTION_SECONDS = 0.6
 
 
 # A replay is cut into pieces of about this many lookups where the nest allows it
