@@ -1119,6 +1119,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0, s = 0
     cdef uint64_t s_line = 0  # the line whose set s is (0 with s = 0 unknown: line 0 is computed)
     cdef uint64_t *order = L.order
+    cdef bint to_memory = e.n == 1  # its fetches and write-backs go to main memory
     cdef int64_t found
     cdef bint wr
     cdef index_t i
@@ -1181,10 +1182,12 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     # A write covering the whole line allocates without a fetch.
                     if not (wr and a <= (line << shift) and end >= (line << shift) + (lb - 1)):
                         bytes_in += lb
-                        next_line_ref(e, 0, line, 0)
+                        if not to_memory:  # (the last level: counted below, in one sum)
+                            next_line_ref(e, 0, line, 0)
                     if oldest & 1:  # the victim is valid and dirty: write it back, after the fetch
                         writebacks += 1
-                        next_line_ref(e, 0, w[best].tag, 1)
+                        if not to_memory:
+                            next_line_ref(e, 0, w[best].tag, 1)
                     w[best].tag = line
                     clock += 2
                     w[best].sd = clock | <uint64_t> wr
@@ -1208,6 +1211,11 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     L.c.writebacks += writebacks
     L.c.bytes_in += bytes_in
     L.c.bytes_out += writebacks * lb
+    if to_memory:  # what next_line_ref counts, for every fetch and write-back of the range
+        e.mem.reads += bytes_in // lb
+        e.mem.bytes_read += bytes_in
+        e.mem.writes += writebacks
+        e.mem.bytes_written += writebacks * lb
     e.accesses += <uint64_t> (i1 - i0)
 
 
