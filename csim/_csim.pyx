@@ -894,9 +894,8 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef way_t *w = L.way + set * nways
     cdef uint64_t best = 0, oldest
     cdef int64_t found
-    if L.order != NULL:  # the victim is the order's top rank: the tags alone are scanned
-        found = find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
-        best = memwall_order_victim(L.order[set], nways)
+    if L.order != NULL:
+        found = find_in_order(w, nways, L.order, set, line, &best)
     else:
         found = find_or_oldest(w, nways, line, &best)
     if is_write:
@@ -1154,11 +1153,9 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 w = ways + s * nways
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
-                elif order != NULL:  # the victim is the order's top rank: only the tags scanned
-                    # (16 ways as a constant: the scan unrolled, as below_pow2's)
-                    found = find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
+                elif order != NULL:
+                    found = find_in_order(w, nways, order, s, line, &best)
                     k = <uint64_t> found if found >= 0 else nways
-                    best = memwall_order_victim(order[s], nways)
                 else:
                     found = find_or_oldest(w, nways, line, &best)
                     k = <uint64_t> found if found >= 0 else nways
@@ -1238,6 +1235,14 @@ cdef inline int64_t find_line(const way_t *w, uint64_t nways, uint64_t line) noe
     return -1
 
 
+cdef inline int64_t find_in_order(const way_t *w, uint64_t nways, const uint64_t *order, uint64_t set,
+                                  uint64_t line, uint64_t *victim) noexcept nogil:
+    """find_or_oldest at an ``ordered`` level: the victim is the order's top rank, so only
+    the tags are scanned (16 ways as a constant: the scan unrolled)."""
+    victim[0] = memwall_order_victim(order[set], nways)
+    return find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
+
+
 cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noexcept nogil:
     """A whole-line reference from level lv to the level below it: next_line_ref, with
     line_ref_fast written out for a ``fast`` level of a power-of-two set count and the line
@@ -1258,9 +1263,8 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     t = L.way + set * nways
     # The common way counts as constants: the scan is then unrolled, with no loop counter
     # (as the ceiling compiles its sets per way count).
-    if L.order != NULL:  # the victim is the order's top rank: only the tags scanned
-        found = find_line(t, 16, line) if nways == 16 else find_line(t, nways, line)
-        k = memwall_order_victim(L.order[set], nways)
+    if L.order != NULL:
+        found = find_in_order(t, nways, L.order, set, line, &k)
     elif nways == 16:
         found = find_or_oldest(t, 16, line, &k)
     elif nways == 8:
