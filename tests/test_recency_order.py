@@ -61,6 +61,7 @@ HIERARCHIES = {
     "fifo, 8 ways over 2 ways": [LevelSpec("L1", 1024, 32, 2, policy="fifo"), LevelSpec("L2", 8192, 32, 8, policy="fifo")],
     "a GPU's L2 alone, 16 ways, 128 B lines, non-pow2 sets": [LevelSpec("L2", 5 * BIG // 4, 128, 16)],
     "a large first level, pow2 sets, 8 ways": [LevelSpec("L1", BIG, 128, 8), LevelSpec("L2", 2 * BIG, 128, 16)],
+    "a large fifo first level alone, non-pow2 sets": [LevelSpec("L1", 3 * BIG // 2, 128, 16, policy="fifo")],
     "lines differ between levels": [LevelSpec("L1", 2048, 32, 8), LevelSpec("L2", 16384, 64, 16)],
 }
 
