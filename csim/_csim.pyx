@@ -169,7 +169,7 @@ cdef extern from *:
     }
     /* The victim installed: it moves from the top rank to rank 0. */
     static inline uint64_t memwall_order_rotate(uint64_t p, uint64_t ways) {
-        uint64_t v = (p >> (4 * (ways - 1))) & 15;
+        uint64_t v = memwall_order_victim(p, ways);
         uint64_t keep = ways == 16 ? ~0ULL : (1ULL << (4 * ways)) - 1;
         return ((p << 4) | v) & keep;
     }
@@ -189,6 +189,20 @@ cdef extern from *:
     uint64_t memwall_order_victim(uint64_t p, uint64_t ways) nogil
     uint64_t memwall_order_rotate(uint64_t p, uint64_t ways) nogil
     uint64_t memwall_order_touch(uint64_t p, uint64_t k) nogil
+
+
+cdef inline void order_hit(uint64_t *order, uint64_t set, uint64_t way) noexcept nogil:
+    """A way of an ordered level's set touched (an LRU hit, or a line put in it): to rank
+    0. Nothing at a level that keeps no order (``order`` NULL)."""
+    if order != NULL:
+        order[set] = memwall_order_touch(order[set], way)
+
+
+cdef inline void order_fill(uint64_t *order, uint64_t set, uint64_t ways) noexcept nogil:
+    """The victim (the top rank) of an ordered level's set filled: to rank 0. Nothing at a
+    level that keeps no order."""
+    if order != NULL:
+        order[set] = memwall_order_rotate(order[set], ways)
 
 cdef enum:
     MAX_STREAMS = 8                                     # accesses of an innermost body in locals
@@ -482,8 +496,7 @@ cdef inline void touch(level_t *L, uint64_t set, uint64_t way) noexcept nogil:
     if L.policy == POLICY_LRU:
         L.clock += 2
         L.way[set * L.ways + way].sd = L.clock | (L.way[set * L.ways + way].sd & 1)
-        if L.order != NULL:
-            L.order[set] = memwall_order_touch(L.order[set], way)
+        order_hit(L.order, set, way)
     elif L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
@@ -519,8 +532,7 @@ cdef inline void install(level_t *L, uint64_t set, uint64_t way, uint64_t line, 
     L.way[idx].tag = line
     L.clock += 2
     L.way[idx].sd = L.clock | (dirty != 0)  # LRU: last use; FIFO: install time
-    if L.order != NULL:
-        L.order[set] = memwall_order_touch(L.order[set], way)
+    order_hit(L.order, set, way)
     if L.policy == POLICY_PLRU:
         plru_touch(L, set, way)
 
@@ -874,7 +886,7 @@ cdef inline void fast_hit(level_t *L, uint64_t idx, uint64_t line, bint is_write
         L.way[idx].sd = L.clock | (sd & 1) | <uint64_t> is_write
         if L.order != NULL:
             set = idx >> __builtin_ctzll(L.ways) if (L.ways & (L.ways - 1)) == 0 else idx // L.ways
-            L.order[set] = memwall_order_touch(L.order[set], idx - set * L.ways)
+            order_hit(L.order, set, idx - set * L.ways)
     elif is_write:
         L.way[idx].sd = sd | 1
     if first:
@@ -920,8 +932,7 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     w[best].tag = line
     L.clock += 2
     w[best].sd = L.clock | <uint64_t> is_write
-    if L.order != NULL:
-        L.order[set] = memwall_order_rotate(L.order[set], nways)
+    order_fill(L.order, set, nways)
     if lv == 0:
         L.mru_valid = 1
         L.mru_line = line
@@ -1164,8 +1175,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     if lru:
                         clock += 2
                         w[k].sd = clock | (sd & 1) | <uint64_t> wr
-                        if order != NULL:
-                            order[s] = memwall_order_touch(order[s], k)
+                        order_hit(order, s, k)
                     elif wr:
                         w[k].sd = sd | 1
                 else:
@@ -1188,8 +1198,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                     w[best].tag = line
                     clock += 2
                     w[best].sd = clock | <uint64_t> wr
-                    if order != NULL:
-                        order[s] = memwall_order_rotate(order[s], nways)
+                    order_fill(order, s, nways)
                     k = best
                 mru_valid = 1
                 mru_line = line
@@ -1280,8 +1289,7 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
         if L.policy == POLICY_LRU:
             L.clock += 2
             t[k].sd = L.clock | (t[k].sd & 1) | is_write
-            if L.order != NULL:
-                L.order[set] = memwall_order_touch(L.order[set], k)
+            order_hit(L.order, set, k)
         elif is_write:
             t[k].sd |= 1
         return
@@ -1299,8 +1307,7 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     t[k].tag = line
     L.clock += 2
     t[k].sd = L.clock | is_write
-    if L.order != NULL:
-        L.order[set] = memwall_order_rotate(L.order[set], nways)
+    order_fill(L.order, set, nways)
 
 
 cdef void writeback_pow2(engine_t *e, int lv, uint64_t line) noexcept nogil:
@@ -1396,9 +1403,8 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
                 if lru:
                     clock += 2
                     ways[k].sd = clock | (ways[k].sd & 1)
-                    if order != NULL:
-                        s = line & mask
-                        order[s] = memwall_order_touch(order[s], k - s * nways)
+                    s = line & mask
+                    order_hit(order, s, k - s * nways)
                 continue
         if nways == 1:
             # direct-mapped: the one way; a hit changes no replacement state (a way's stamp
@@ -1420,8 +1426,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
             if lru:
                 clock += 2
                 t[k].sd = clock | (t[k].sd & 1)
-                if order != NULL:
-                    order[line & mask] = memwall_order_touch(order[line & mask], k)
+                order_hit(order, line & mask, k)
             continue
         # 3. a miss
         if prefetch and i + ahead < n:
@@ -1445,8 +1450,7 @@ cdef void replay_first_pow2(engine_t *e, const addr_t *addr, const size_t32 *siz
         t[k].tag = line
         clock += 2
         t[k].sd = clock | wr
-        if order != NULL:
-            order[line & mask] = memwall_order_rotate(order[line & mask], nways)
+        order_fill(order, line & mask, nways)
         prev_idx = base + k
         hint[line & (WAY_HINTS - 1)] = prev_idx
         pd = 0
@@ -2176,14 +2180,18 @@ cdef class Engine:
         cdef level_t *L = self._test_level(level)
         return set_of(L, addr >> L.line_shift)
 
-    def _test_victim(self, int level, uint64_t set):
-        """The way the policy would evict from ``set`` now (random: draws from the generator)."""
+    cdef level_t *_test_set(self, int level, uint64_t set) except NULL:
+        """The level of a hook that reads one set's ways: one with ways, and that set in it."""
         cdef level_t *L = self._test_level(level)
         if L.stack:
             raise ValueError("a capacity-sweep level has no ways")
         if set >= L.sets:
             raise IndexError(f"no set {set}")
-        return choose_victim(L, set)
+        return L
+
+    def _test_victim(self, int level, uint64_t set):
+        """The way the policy would evict from ``set`` now (random: draws from the generator)."""
+        return choose_victim(self._test_set(level, set), set)
 
     def _test_touch(self, int level, uint64_t set, uint64_t way):
         """A hit on a valid way, as a lookup makes it (replacement state only)."""
@@ -2197,31 +2205,21 @@ cdef class Engine:
 
     def _test_set_stamps(self, int level, uint64_t set):
         """One set's stamps (``sd``: stamp << 1 | dirty, 0 where invalid), in way order."""
-        cdef level_t *L = self._test_level(level)
-        if L.stack:
-            raise ValueError("a capacity-sweep level has no ways")
-        if set >= L.sets:
-            raise IndexError(f"no set {set}")
+        cdef level_t *L = self._test_set(level, set)
         return [L.way[set * L.ways + w].sd for w in range(L.ways)]
 
     def _test_set_order(self, int level, uint64_t set):
         """An ``ordered`` level's recency order of one set: its ways from rank 0 (most
         recent) to rank ways-1 (the victim); None at a level that keeps no order."""
-        cdef level_t *L = self._test_level(level)
+        cdef level_t *L = self._test_set(level, set)
         if L.order == NULL:
             return None
-        if set >= L.sets:
-            raise IndexError(f"no set {set}")
         return [(L.order[set] >> (4 * r)) & 15 for r in range(L.ways)]
 
     def _test_set_snapshot(self, int level, uint64_t set):
         """One set's ways: ``[(line or None, dirty), ...]`` in way order."""
-        cdef level_t *L = self._test_level(level)
+        cdef level_t *L = self._test_set(level, set)
         cdef uint64_t w, idx
-        if L.stack:
-            raise ValueError("a capacity-sweep level has no ways")
-        if set >= L.sets:
-            raise IndexError(f"no set {set}")
         out = []
         for w in range(L.ways):
             idx = set * L.ways + w

@@ -88,3 +88,4 @@ cdef class Engine:
 
     cdef void _clear(self, bint arrays) noexcept   # empty the levels (arrays: zero the ways too)
     cdef level_t *_test_level(self, int level) except NULL   # IndexError when out of range
+    cdef level_t *_test_set(self, int level, uint64_t set) except NULL   # and a set of its ways
