@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memwall import _csim
 from memwall.engine import Hierarchy
 from memwall.levels import LevelSpec
 from memwall.traces import write_trace
@@ -165,6 +166,8 @@ def main() -> None:
     hnames = [h for h in args.hier.split(",") if h]
     load0 = os.getloadavg()[0]
     print(f"CPU {cpu_name()}, {os.cpu_count()} cores; load {load0:.2f} at start; ceiling {ceiling}", flush=True)
+    print("engine: a 16-way ordered level compares its tags with "
+          + ("AVX-512 (this host has it)" if _csim.SIMD_TAG_COMPARE else "the scalar loop (no AVX-512F here)"), flush=True)
     with tempfile.TemporaryDirectory(prefix="memwall-ceiling-") as tmpdir:
         tmp = Path(tmpdir)
         print("building the C replay (scalar and SIMD) and generating the traces ...", file=sys.stderr, flush=True)

@@ -190,6 +190,72 @@ cdef extern from *:
     uint64_t memwall_order_rotate(uint64_t p, uint64_t ways) nogil
     uint64_t memwall_order_touch(uint64_t p, uint64_t k) nogil
 
+cdef extern from *:
+    """
+    /* The way of a 16-way set that holds a line, or -1: the lookup of an ``ordered`` level
+       (its victim comes from the order, so only the tags are scanned). The ways are 16
+       bytes each, tag then stamp, so the set is 256 bytes: where the CPU has AVX-512F
+       (asked once, at import: memwall_detect_simd) four 512-bit compares test all 16 tags
+       (the stamps' lanes masked out) instead of 16 compares and branches, as the shared
+       ceiling's SIMD build compares its tags; a tag match counts only in a valid way
+       (stamp != 0), and the lowest such way is returned, as the scalar loop returns it.
+       The AVX-512 function alone is compiled for that target, so the module still runs on
+       any x86-64; elsewhere, and with memwall_simd16 cleared (a test's hook), the loop. */
+    #include <stdint.h>
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define MEMWALL_X86_SIMD 1
+    __attribute__((target("avx512f")))
+    static int64_t memwall_find16_avx512(const uint64_t *w, uint64_t line) {
+        const __m512i key = _mm512_set1_epi64((long long)line);
+        /* bit b: 64-bit word b of the set (way b / 2); the even words are the tags */
+        uint32_t m = (uint32_t)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512((const void *)(w + 0)), key) & 0x55)
+                   | (uint32_t)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512((const void *)(w + 8)), key) & 0x55) << 8
+                   | (uint32_t)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512((const void *)(w + 16)), key) & 0x55) << 16
+                   | (uint32_t)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512((const void *)(w + 24)), key) & 0x55) << 24;
+        while (m) {
+            int b = __builtin_ctz(m);
+            if (w[b + 1] != 0)
+                return b >> 1;
+            m &= m - 1;
+        }
+        return -1;
+    }
+    #endif
+    static int memwall_simd16 = 0;
+    static int memwall_detect_simd(void) {
+    #ifdef MEMWALL_X86_SIMD
+        __builtin_cpu_init();
+        memwall_simd16 = __builtin_cpu_supports("avx512f") != 0;
+    #endif
+        return memwall_simd16;
+    }
+    static inline int64_t memwall_find16(const uint64_t *w, uint64_t line) {
+    #ifdef MEMWALL_X86_SIMD
+        if (memwall_simd16)
+            return memwall_find16_avx512(w, line);
+    #endif
+        for (int k = 0; k < 16; k++)
+            if (w[2 * k] == line && w[2 * k + 1] != 0)
+                return k;
+        return -1;
+    }
+    """
+    int64_t memwall_find16(const uint64_t *w, uint64_t line) nogil
+    int memwall_detect_simd() nogil
+    int memwall_simd16
+
+
+SIMD_TAG_COMPARE = bool(memwall_detect_simd())  # what this host's 16-way lookups use (bench_ceiling prints it)
+
+
+def _test_simd16(bint on) -> bool:
+    """Test hook: compare 16 tags with AVX-512 (where the CPU has it) or with the scalar
+    loop; returns whether AVX-512 is now in use. Both must give the same counts."""
+    global memwall_simd16
+    memwall_simd16 = memwall_detect_simd() if on else 0
+    return bool(memwall_simd16)
+
 
 cdef inline void order_hit(uint64_t *order, uint64_t set, uint64_t way) noexcept nogil:
     """A way of an ordered level's set touched (an LRU hit, or a line put in it): to rank
@@ -1247,9 +1313,9 @@ cdef inline int64_t find_line(const way_t *w, uint64_t nways, uint64_t line) noe
 cdef inline int64_t find_in_order(const way_t *w, uint64_t nways, const uint64_t *order, uint64_t set,
                                   uint64_t line, uint64_t *victim) noexcept nogil:
     """find_or_oldest at an ``ordered`` level: the victim is the order's top rank, so only
-    the tags are scanned (16 ways as a constant: the scan unrolled)."""
+    the tags are scanned (16 ways: memwall_find16, four AVX-512 compares where the host has them)."""
     victim[0] = memwall_order_victim(order[set], nways)
-    return find_line(w, 16, line) if nways == 16 else find_line(w, nways, line)
+    return memwall_find16(<const uint64_t *> w, line) if nways == 16 else find_line(w, nways, line)
 
 
 cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noexcept nogil:
