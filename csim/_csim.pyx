@@ -194,13 +194,15 @@ cdef extern from *:
     """
     /* The way of a 16-way set that holds a line, or -1: the lookup of an ``ordered`` level
        (its victim comes from the order, so only the tags are scanned). The ways are 16
-       bytes each, tag then stamp, so the set is 256 bytes: where the CPU has AVX-512F
-       (asked once, at import: memwall_detect_simd) four 512-bit compares test all 16 tags
+       bytes each, tag then stamp, so the set is 256 bytes: at a ``simd_tags`` level (its
+       ways outgrow the host's caches), where the CPU has AVX-512F (asked once, at import:
+       memwall_detect_simd), four 512-bit compares test all 16 tags
        (the stamps' lanes masked out) instead of 16 compares and branches, as the shared
        ceiling's SIMD build compares its tags; a tag match counts only in a valid way
        (stamp != 0), and the lowest such way is returned, as the scalar loop returns it.
        The AVX-512 function alone is compiled for that target, so the module still runs on
-       any x86-64; elsewhere, and with memwall_simd16 cleared (a test's hook), the loop. */
+       any x86-64; elsewhere, at a level whose ways the host's caches hold, and with
+       memwall_simd16 cleared (a test's hook), the loop. */
     #include <stdint.h>
     #if defined(__GNUC__) && defined(__x86_64__)
     #include <immintrin.h>
@@ -230,9 +232,9 @@ cdef extern from *:
     #endif
         return memwall_simd16;
     }
-    static inline int64_t memwall_find16(const uint64_t *w, uint64_t line) {
+    static inline int64_t memwall_find16(const uint64_t *w, uint64_t line, int simd) {
     #ifdef MEMWALL_X86_SIMD
-        if (memwall_simd16)
+        if (simd && memwall_simd16)
             return memwall_find16_avx512(w, line);
     #endif
         for (int k = 0; k < 16; k++)
@@ -241,7 +243,7 @@ cdef extern from *:
         return -1;
     }
     """
-    int64_t memwall_find16(const uint64_t *w, uint64_t line) nogil
+    int64_t memwall_find16(const uint64_t *w, uint64_t line, int simd) nogil
     int memwall_detect_simd() nogil
     int memwall_simd16
 
@@ -973,7 +975,7 @@ cdef void line_ref_fast(engine_t *e, int lv, addr_t line, uint64_t nbytes, bint 
     cdef uint64_t best = 0, oldest
     cdef int64_t found
     if L.order != NULL:
-        found = find_in_order(w, nways, L.order, set, line, &best)
+        found = find_in_order(w, nways, L.order, set, line, &best, L.simd_tags)
     else:
         found = find_or_oldest(w, nways, line, &best)
     if is_write:
@@ -1195,6 +1197,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef uint64_t a, end, line, last, sd, oldest, best = 0, k, last_pf = 0, s = 0
     cdef uint64_t s_line = 0  # the line whose set s is (0 with s = 0 unknown: line 0 is computed)
     cdef uint64_t *order = L.order
+    cdef bint simd = L.simd_tags
     cdef bint to_memory = e.n == 1  # its fetches and write-backs go to main memory
     cdef int64_t found
     cdef bint wr
@@ -1231,7 +1234,7 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
                 if nways == 1:  # direct-mapped: no scan (the branch is the same every time)
                     k = 0 if w[0].tag == line and w[0].sd != 0 else 1
                 elif order != NULL:
-                    found = find_in_order(w, nways, order, s, line, &best)
+                    found = find_in_order(w, nways, order, s, line, &best, simd)
                     k = <uint64_t> found if found >= 0 else nways
                 else:
                     found = find_or_oldest(w, nways, line, &best)
@@ -1311,11 +1314,12 @@ cdef inline int64_t find_line(const way_t *w, uint64_t nways, uint64_t line) noe
 
 
 cdef inline int64_t find_in_order(const way_t *w, uint64_t nways, const uint64_t *order, uint64_t set,
-                                  uint64_t line, uint64_t *victim) noexcept nogil:
+                                  uint64_t line, uint64_t *victim, bint simd) noexcept nogil:
     """find_or_oldest at an ``ordered`` level: the victim is the order's top rank, so only
-    the tags are scanned (16 ways: memwall_find16, four AVX-512 compares where the host has them)."""
+    the tags are scanned (16 ways: memwall_find16, four AVX-512 compares at a ``simd_tags``
+    level where the host has them)."""
     victim[0] = memwall_order_victim(order[set], nways)
-    return memwall_find16(<const uint64_t *> w, line) if nways == 16 else find_line(w, nways, line)
+    return memwall_find16(<const uint64_t *> w, line, simd) if nways == 16 else find_line(w, nways, line)
 
 
 cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noexcept nogil:
@@ -1339,7 +1343,7 @@ cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noex
     # The common way counts as constants: the scan is then unrolled, with no loop counter
     # (as the ceiling compiles its sets per way count).
     if L.order != NULL:
-        found = find_in_order(t, nways, L.order, set, line, &k)
+        found = find_in_order(t, nways, L.order, set, line, &k, L.simd_tags)
     elif nways == 16:
         found = find_or_oldest(t, 16, line, &k)
     elif nways == 8:
@@ -1876,6 +1880,12 @@ cdef class Engine:
                 L.order = <uint64_t *> memwall_alloc_ways(L.sets * sizeof(uint64_t))
                 if L.order == NULL:
                     raise MemoryError(f"cannot allocate level {self.names[i]!r}")
+                # The vector compare pays where the set's four host lines mostly come from
+                # memory (a GPU's L2, hier3's 32 MiB L3); where the ways sit in the host's
+                # caches the scan's early exit on a hit is cheaper (the ceiling's mlp trace
+                # through hier3's 1 MiB L2: 0.52x of the scalar C build with the scan, 0.50x
+                # with the vector compare)
+                L.simd_tags = L.ways == 16 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES
         self.e.prefetch_ahead = prefetch_distance(&self.e)
         self._clear(False)
 
@@ -2273,6 +2283,11 @@ cdef class Engine:
         """One set's stamps (``sd``: stamp << 1 | dirty, 0 where invalid), in way order."""
         cdef level_t *L = self._test_set(level, set)
         return [L.way[set * L.ways + w].sd for w in range(L.ways)]
+
+    def _test_simd_tags(self, int level):
+        """Whether a lookup at ``level`` compares its 16 tags with AVX-512 (``simd_tags``, and
+        the host has it, and the hook has not switched it off)."""
+        return bool(self._test_level(level).simd_tags and memwall_simd16)
 
     def _test_set_order(self, int level, uint64_t set):
         """An ``ordered`` level's recency order of one set: its ways from rank 0 (most
