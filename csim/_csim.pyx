@@ -248,7 +248,8 @@ cdef extern from *:
     int memwall_simd16
 
 
-SIMD_TAG_COMPARE = bool(memwall_detect_simd())  # what this host's 16-way lookups use (bench_ceiling prints it)
+# Whether this host compares the tags of a ``simd_tags`` level with AVX-512 (bench_ceiling prints it)
+SIMD_TAG_COMPARE = bool(memwall_detect_simd())
 
 
 def _test_simd16(bint on) -> bool:
