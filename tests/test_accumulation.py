@@ -160,3 +160,21 @@ def test_sweep_key_of_a_default_case_is_unchanged_by_the_new_fields():
     base = Case(machine="h100-sxm", network="nettalk")
     assert case_key(base) == case_key(Case(machine="h100-sxm", network="nettalk", accumulate=1, fusion="none"))
     assert case_key(base) != case_key(Case(machine="h100-sxm", network="nettalk", accumulate=2))
+
+
+def test_a_kernel_repeated_k_times_is_replace_with_its_counts_times_k():
+    """KernelTiming.repeated (what accumulated() makes of each micro-batch kernel) is the
+    dataclasses.replace it stands for, and names every field: a field added to KernelTiming
+    must be added there too, or it would fall back to its default."""
+    from dataclasses import fields, replace
+
+    from memwall.timing import KernelTiming
+
+    assert [f.name for f in fields(KernelTiming)] == [
+        "name", "phase", "op", "flops", "repeat", "compute", "overhead", "stall", "bytes", "terms", "dispatch",
+        "framework", "dtype"], "a new KernelTiming field: carry it in KernelTiming.repeated"
+    t = KernelTiming("L1.fwd", "forward", "gemm", 10, 2, 1.5, 0.25, {"L2": 0.5, "memory": 0.75}, {"L2": 7, "memory": 9},
+                     terms={"L2": 0.1}, dispatch=0.01, framework=0.02, dtype="bf16")
+    k = 3
+    assert t.repeated(k) == replace(t, flops=30, repeat=6, compute=4.5, overhead=0.75, stall={"L2": 1.5, "memory": 2.25},
+                                    bytes={"L2": 21, "memory": 27})

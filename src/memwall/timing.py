@@ -163,6 +163,17 @@ class KernelTiming:
     framework: float = 0.0  # seconds: its share of the framework's own exposed time (apply_dispatch)
     dtype: str = ""  # the kernel's arithmetic type (its energy per operation is this type's)
 
+    def repeated(self, k: int) -> KernelTiming:
+        """This kernel's run k times over (K micro-batches accumulated): its FLOPs, repeats,
+        seconds and bytes times k, the rest as they are. Built field by field rather than by
+        dataclasses.replace, which costs several times more and runs for every kernel of
+        every stage on every machine a sensitivity times (tests/test_accumulation.py holds
+        the two equal and the field list to this one)."""
+        return KernelTiming(self.name, self.phase, self.op, self.flops * k, self.repeat * k, self.compute * k,
+                            self.overhead * k, {n: v * k for n, v in self.stall.items()},
+                            {n: v * k for n, v in self.bytes.items()}, self.terms, self.dispatch, self.framework,
+                            self.dtype)
+
     @property
     def work_seconds(self) -> float:
         """The kernel's own time on the device, without dispatch (t_k in docs/timing.md)."""
@@ -972,10 +983,13 @@ class _Replay:
         self.units, self.policy = list(units), policy
         self.done: dict[int, float] = {}  # unit -> when its gathers end
         self.ready: set[int] = set()  # units already waited for (DeepSpeed's AVAILABLE)
+        self.issued: list[int] = []  # the units of done, in the order they were issued
+        self.synced = 0  # how many of them a draining wait has made ready
         self.t = self.f = self.r = self.last = 0.0
         self.pending_e, self.pending_s = 0, 0.0
 
     def issue(self, k: int) -> None:
+        self.issued.append(k)
         if self.units[k].calls == 0:  # nothing to gather (persisted, or a unit of kernels only)
             self.done[k] = 0.0
             return
@@ -993,7 +1007,8 @@ class _Replay:
             self.issue(i)
         if self.policy.synchronize:  # the wait drains the device: every issued gather is then ready
             self.t = max(self.t, self.f, self.r)
-            self.ready.update(self.done)
+            self.ready.update(self.issued[self.synced:])  # (those issued since the last such wait)
+            self.synced = len(self.issued)
         else:
             self.t = max(self.t, self.done[i])
         self.ready.add(i)

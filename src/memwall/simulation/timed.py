@@ -128,10 +128,7 @@ def accumulated(timing: StepTiming, k: int) -> StepTiming:
     again)."""
     if k == 1:
         return timing
-    kernels = [t if t.phase == "update" else replace(
-        t, flops=t.flops * k, repeat=t.repeat * k, compute=t.compute * k, overhead=t.overhead * k,
-        stall={n: v * k for n, v in t.stall.items()}, bytes={n: v * k for n, v in t.bytes.items()})
-        for t in timing.kernels]
+    kernels = [t if t.phase == "update" else t.repeated(k) for t in timing.kernels]
     out = replace(timing, kernels=kernels, examples=timing.examples * k)
     # K micro-batches issue K times the kernels and run K times the layers: the dispatch
     # streams follow the counts; the step's own costs and its synchronisation stay once.
