@@ -192,8 +192,9 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    /* The way of a 16-way set that holds a line, or -1: the lookup of an ``ordered`` level
-       (its victim comes from the order, so only the tags are scanned). The ways are 16
+    /* memwall_find16_avx512: the way of a 16-way set that holds a line, or -1, for the
+       lookup of an ``ordered`` level (its victim comes from the order, so only the tags
+       are scanned; find_in_order). The ways are 16
        bytes each, tag then stamp, so the set is 256 bytes: at a ``simd_tags`` level (its
        ways outgrow the host's caches), where the CPU has AVX-512F (asked once, at import:
        memwall_detect_simd), four 512-bit compares test all 16 tags
@@ -202,7 +203,7 @@ cdef extern from *:
        (stamp != 0), and the lowest such way is returned, as the scalar loop returns it.
        The AVX-512 function alone is compiled for that target, so the module still runs on
        any x86-64; elsewhere, at a level whose ways the host's caches hold, and with
-       memwall_simd16 cleared (a test's hook), the loop. */
+       memwall_simd16 cleared (a test's hook), find_in_order scans with find_line. */
     #include <stdint.h>
     #if defined(__GNUC__) && defined(__x86_64__)
     #include <immintrin.h>
@@ -223,6 +224,11 @@ cdef extern from *:
         }
         return -1;
     }
+    #else
+    static int64_t memwall_find16_avx512(const uint64_t *w, uint64_t line) {  /* never called here */
+        (void)w; (void)line;
+        return -1;
+    }
     #endif
     static int memwall_simd16 = 0;
     static int memwall_detect_simd(void) {
@@ -232,18 +238,8 @@ cdef extern from *:
     #endif
         return memwall_simd16;
     }
-    static inline int64_t memwall_find16(const uint64_t *w, uint64_t line, int simd) {
-    #ifdef MEMWALL_X86_SIMD
-        if (simd && memwall_simd16)
-            return memwall_find16_avx512(w, line);
-    #endif
-        for (int k = 0; k < 16; k++)
-            if (w[2 * k] == line && w[2 * k + 1] != 0)
-                return k;
-        return -1;
-    }
     """
-    int64_t memwall_find16(const uint64_t *w, uint64_t line, int simd) nogil
+    int64_t memwall_find16_avx512(const uint64_t *w, uint64_t line) nogil
     int memwall_detect_simd() nogil
     int memwall_simd16
 
@@ -1317,10 +1313,14 @@ cdef inline int64_t find_line(const way_t *w, uint64_t nways, uint64_t line) noe
 cdef inline int64_t find_in_order(const way_t *w, uint64_t nways, const uint64_t *order, uint64_t set,
                                   uint64_t line, uint64_t *victim, bint simd) noexcept nogil:
     """find_or_oldest at an ``ordered`` level: the victim is the order's top rank, so only
-    the tags are scanned (16 ways: memwall_find16, four AVX-512 compares at a ``simd_tags``
-    level where the host has them)."""
+    the tags are scanned: at a ``simd_tags`` level, where the host has AVX-512, with four
+    vector compares (memwall_find16_avx512), else with the unrolled scan of 16 ways."""
     victim[0] = memwall_order_victim(order[set], nways)
-    return memwall_find16(<const uint64_t *> w, line, simd) if nways == 16 else find_line(w, nways, line)
+    if nways != 16:
+        return find_line(w, nways, line)
+    if simd and memwall_simd16:
+        return memwall_find16_avx512(<const uint64_t *> w, line)
+    return find_line(w, 16, line)
 
 
 cdef void below_pow2(engine_t *e, int lv, uint64_t line, uint64_t is_write) noexcept nogil:
@@ -1799,7 +1799,7 @@ cdef class Engine:
     def __cinit__(self, list levels, bint classify=False):
         cdef int i, j, n = len(levels)
         cdef level_t *L
-        cdef uint64_t nways_total, nbits
+        cdef uint64_t nways_total, nbits, ways_bytes
         self.names = []
         memset(&self.e, 0, sizeof(engine_t))
         if n:
@@ -1856,14 +1856,15 @@ cdef class Engine:
                     raise MemoryError(f"cannot allocate the 3C shadows of level {name!r}")
         for i in range(n):
             L = &self.e.levels[i]
+            ways_bytes = L.sets * L.ways * sizeof(way_t)  # (a stack: as many bytes)
             L.next_exclusive = i + 1 < n and self.e.levels[i + 1].inclusion == INCL_EXCLUSIVE
             L.next_same_line = i + 1 < n and self.e.levels[i + 1].line_bytes == L.line_bytes
             L.inclusive_below = 0
             for j in range(i + 1, n):
                 if self.e.levels[j].inclusion == INCL_INCLUSIVE:
                     L.inclusive_below = 1
-            L.prefetch = i > 0 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_MIN_BYTES  # (a stack: as many bytes)
-            L.prefetch_rows = i == 0 and not L.stack and L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES
+            L.prefetch = i > 0 and ways_bytes >= PREFETCH_MIN_BYTES
+            L.prefetch_rows = i == 0 and not L.stack and ways_bytes >= PREFETCH_ROWS_MIN_BYTES
             L.fast = (not L.stack and (L.policy == POLICY_LRU or L.policy == POLICY_FIFO) and not L.write_through
                       and not L.classify and L.inclusion != INCL_INCLUSIVE
                       and not L.next_exclusive and not L.inclusive_below)
@@ -1877,7 +1878,7 @@ cdef class Engine:
             # more than the scans it saved (the ceiling's mlp trace through hier3's 32 KiB
             # L1: 0.57x -> 0.40x of the scalar C replay).
             if (L.fast and L.inclusion == INCL_NONE and 2 <= L.ways <= 16
-                    and (i > 0 or L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES)):
+                    and (i > 0 or ways_bytes >= PREFETCH_ROWS_MIN_BYTES)):
                 L.order = <uint64_t *> memwall_alloc_ways(L.sets * sizeof(uint64_t))
                 if L.order == NULL:
                     raise MemoryError(f"cannot allocate level {self.names[i]!r}")
@@ -1886,7 +1887,7 @@ cdef class Engine:
                 # caches the scan's early exit on a hit is cheaper (the ceiling's mlp trace
                 # through hier3's 1 MiB L2: 0.52x of the scalar C build with the scan, 0.50x
                 # with the vector compare)
-                L.simd_tags = L.ways == 16 and L.sets * L.ways * sizeof(way_t) >= PREFETCH_ROWS_MIN_BYTES
+                L.simd_tags = L.ways == 16 and ways_bytes >= PREFETCH_ROWS_MIN_BYTES
         self.e.prefetch_ahead = prefetch_distance(&self.e)
         self._clear(False)
 

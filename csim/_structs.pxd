@@ -113,7 +113,7 @@ ctypedef struct level_t:
                                    #   and not a victim level: line_ref_through applies
     bint simd_tags                 # derived: ordered, 16 ways, and its ways too many for the
                                    #   host's caches: a lookup compares the tags with AVX-512
-                                   #   where the host has it (memwall_find16)
+                                   #   where the host has it (memwall_find16_avx512)
     way_t *way                     # sets*ways, set by set
     uint64_t *order                # an ``ordered`` level (fast, no inclusion, 2..16 ways, below
                                    #   the first or a first of 1 MiB of ways or more): per

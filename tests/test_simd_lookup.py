@@ -1,5 +1,5 @@
 """A 16-way ordered level whose ways outgrow the host's caches compares its tags with
-AVX-512 where the host has it (csim/_csim.pyx, memwall_find16): the same counts and the same cache state as the scalar
+AVX-512 where the host has it (csim/_csim.pyx, memwall_find16_avx512): the same counts and the same cache state as the scalar
 loop, bit for bit, on every path that reaches such a level; a tag that matches only an
 invalid way (line 0 in an empty set: every invalid way's tag is 0) or only a stamp's bits
 is a miss."""
