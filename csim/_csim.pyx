@@ -244,6 +244,107 @@ cdef extern from *:
     int memwall_simd16
 
 
+cdef extern from *:
+    """
+    /* memwall_replay_o16: replay_first_fast's loop for the one configuration a GPU's step
+       replays in: a single simulated level (its fetches and write-backs go to main
+       memory), LRU, ``ordered`` with 16 ways and ``simd_tags``, on a host with AVX-512F.
+       The same rules in the same order (ENGINE_SEMANTICS; replay_first_fast's comments),
+       written as one C function of that target, so the 16-tag compare is inlined and the
+       loop's state fits the registers: the general loop keeps its counters and clocks on
+       the stack (its other paths need the registers), and spent about twice the
+       microbenchmark's time per lookup on them. The level's running state comes in and
+       goes out through ``st``; the caller adds the counters. */
+    #include <stdint.h>
+    typedef struct {
+        uint64_t clock, reads, writes, read_misses, write_misses, writebacks, bytes_in;
+        uint64_t mru_valid, mru_line, mru_idx;
+    } memwall_o16_t;
+    #ifdef MEMWALL_X86_SIMD
+    __attribute__((target("avx512f")))
+    static void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic,
+                                   uint64_t mask, int pow2, int shift, const uint64_t *addr,
+                                   const uint32_t *size, const uint8_t *is_write, int64_t i0,
+                                   int64_t i1, memwall_o16_t *st) {
+        const uint64_t lb = 1ULL << shift;
+        uint64_t clock = st->clock, reads = 0, writes = 0, read_misses = 0, write_misses = 0;
+        uint64_t writebacks = 0, bytes_in = 0;
+        uint64_t mru_valid = st->mru_valid, mru_line = st->mru_line, mru_idx = st->mru_idx;
+        uint64_t s = 0, s_line = 0;  /* the line whose set s is (0 with s = 0: unknown) */
+        for (int64_t i = i0; i < i1; i++) {
+            const uint64_t a = addr[i], end = a + (size[i] - 1);
+            const uint64_t wr = is_write[i] != 0;
+            uint64_t line = a >> shift;
+            const uint64_t last = end >> shift;
+            for (;;) {
+                if (wr) writes++; else reads++;
+                if (mru_valid && line == mru_line) {
+                    ways[2 * mru_idx + 1] |= wr;
+                } else {
+                    if (line == s_line + 1 && line != 0) {
+                        if (++s == sets) s = 0;
+                    } else if (pow2) {
+                        s = line & mask;
+                    } else if (magic != 0 && (line >> 32) == 0) {
+                        s = memwall_mod32(line, magic, sets);
+                    } else {
+                        s = line % sets;
+                    }
+                    s_line = line;
+                    uint64_t *w = ways + 32 * s;
+                    const uint64_t victim = memwall_order_victim(order[s], 16);
+                    const int64_t found = memwall_find16_avx512(w, line);
+                    uint64_t k;
+                    if (found >= 0) {
+                        k = (uint64_t)found;
+                        clock += 2;
+                        w[2 * k + 1] = clock | (w[2 * k + 1] & 1) | wr;
+                        order[s] = memwall_order_touch(order[s], k);
+                    } else {
+                        k = victim;
+                        const uint64_t oldest = w[2 * k + 1];
+                        if (wr) write_misses++; else read_misses++;
+                        /* a write covering the whole line allocates without a fetch */
+                        if (!(wr && a <= (line << shift) && end >= (line << shift) + (lb - 1)))
+                            bytes_in += lb;
+                        if (oldest & 1)  /* the victim is valid and dirty: written back */
+                            writebacks++;
+                        w[2 * k] = line;
+                        clock += 2;
+                        w[2 * k + 1] = clock | wr;
+                        order[s] = memwall_order_rotate(order[s], 16);
+                    }
+                    mru_valid = 1;
+                    mru_line = line;
+                    mru_idx = 16 * s + k;
+                }
+                if (line == last) break;
+                line++;
+            }
+        }
+        st->clock = clock; st->reads = reads; st->writes = writes;
+        st->read_misses = read_misses; st->write_misses = write_misses;
+        st->writebacks = writebacks; st->bytes_in = bytes_in;
+        st->mru_valid = mru_valid; st->mru_line = mru_line; st->mru_idx = mru_idx;
+    }
+    #else
+    static void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic,
+                                   uint64_t mask, int pow2, int shift, const uint64_t *addr,
+                                   const uint32_t *size, const uint8_t *is_write, int64_t i0,
+                                   int64_t i1, memwall_o16_t *st) {  /* never called here */
+        (void)ways; (void)order; (void)sets; (void)magic; (void)mask; (void)pow2; (void)shift;
+        (void)addr; (void)size; (void)is_write; (void)i0; (void)i1; (void)st;
+    }
+    #endif
+    """
+    ctypedef struct memwall_o16_t:
+        uint64_t clock, reads, writes, read_misses, write_misses, writebacks, bytes_in
+        uint64_t mru_valid, mru_line, mru_idx
+    void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic, uint64_t mask,
+                            int pow2, int shift, const uint64_t *addr, const uint32_t *size,
+                            const uint8_t *is_write, int64_t i0, int64_t i1, memwall_o16_t *st) nogil
+
+
 # Whether this host compares the tags of a ``simd_tags`` level with AVX-512 (bench_ceiling prints it)
 SIMD_TAG_COMPARE = bool(memwall_detect_simd())
 
@@ -1199,6 +1300,9 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
     cdef int64_t found
     cdef bint wr
     cdef index_t i
+    if to_memory and lru and simd and nways == 16 and order != NULL and memwall_simd16:
+        replay_o16(e, L, addr, size, is_write, i0, i1)
+        return
     for i in range(i0, i1):
         if prefetch and i + ahead < n:
             line = addr[i + ahead] >> shift
@@ -1288,6 +1392,36 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
         e.mem.bytes_read += bytes_in
         e.mem.writes += writebacks
         e.mem.bytes_written += writebacks * lb
+    e.accesses += <uint64_t> (i1 - i0)
+
+
+cdef void replay_o16(engine_t *e, level_t *L, const addr_t *addr, const size_t32 *size,
+                     const flag_t *is_write, index_t i0, index_t i1) noexcept nogil:
+    """replay_first_fast through memwall_replay_o16 (its configuration checked by the
+    caller): the level's state handed over, the counters it returns added as the general
+    loop adds them (no prefetch: a single level has no sets below to hint)."""
+    cdef memwall_o16_t st
+    st.clock = L.clock
+    st.mru_valid = L.mru_valid
+    st.mru_line = L.mru_line
+    st.mru_idx = L.mru_idx
+    memwall_replay_o16(<uint64_t *> L.way, L.order, L.sets, L.set_magic, L.set_mask, L.sets_pow2, L.line_shift,
+                       addr, size, is_write, i0, i1, &st)
+    L.clock = st.clock
+    L.mru_valid = st.mru_valid != 0
+    L.mru_line = st.mru_line
+    L.mru_idx = st.mru_idx
+    L.c.reads += st.reads
+    L.c.writes += st.writes
+    L.c.read_misses += st.read_misses
+    L.c.write_misses += st.write_misses
+    L.c.writebacks += st.writebacks
+    L.c.bytes_in += st.bytes_in
+    L.c.bytes_out += st.writebacks * L.line_bytes
+    e.mem.reads += st.bytes_in // L.line_bytes
+    e.mem.bytes_read += st.bytes_in
+    e.mem.writes += st.writebacks
+    e.mem.bytes_written += st.writebacks * L.line_bytes
     e.accesses += <uint64_t> (i1 - i0)
 
 
@@ -1624,8 +1758,11 @@ cdef inline void issue_one(engine_t *e, nest_t *ns, int64_t k) noexcept nogil:
     cdef uint64_t stride = <uint64_t> ns.row_stride[k]
     cdef uint32_t rows = ns.rows[k]
     cdef level_t *F = e.levels  # (NULL with no level)
-    cdef bint ahead = (e.n > 0 and F.prefetch_rows and rows > 2
-                       and ns.size[k] <= F.line_bytes)  # (a longer row: its first set)
+    # Two rows ahead, the set of a row's first line is hinted; a row of several lines runs
+    # through consecutive sets, which the host's own prefetcher follows once it has begun
+    # (its first set was the lookup that waited: hinting it saved about a tenth of a GPU
+    # step's replay, measured with memwall_replay_o16, benchmarks/README.md)
+    cdef bint ahead = (e.n > 0 and F.prefetch_rows and rows > 2)
     if ahead:
         prefetch_set(F, addr + stride)
         prefetch_set(F, addr + 2 * stride)

@@ -106,7 +106,8 @@ ctypedef struct level_t:
     bint prefetch                  # derived: below the first level, and its ways are too many
                                    #   for the host's caches: replay prefetches their sets ahead
     bint prefetch_rows             # derived: the first level, its ways too many for the host's
-                                   #   caches: a block's rows prefetch their sets two rows ahead
+                                   #   caches: a block's rows prefetch their first sets two rows
+                                   #   ahead
     bint fast                      # derived: LRU/FIFO, write-back, no 3C, not inclusive and
                                    #   neither of the two above: line_ref_fast applies
     bint through                   # derived: as fast, but write-through (no-write-allocate)

@@ -1,6 +1,7 @@
 """A 16-way ordered level whose ways outgrow the host's caches compares its tags with
-AVX-512 where the host has it (csim/_csim.pyx, memwall_find16_avx512): the same counts and the same cache state as the scalar
-loop, bit for bit, on every path that reaches such a level; a tag that matches only an
+AVX-512 where the host has it (csim/_csim.pyx, memwall_find16_avx512), and such a level
+alone (a GPU's L2) replays its runs of accesses in memwall_replay_o16: the same counts and
+the same cache state as the scalar loop, bit for bit, on every path that reaches such a level; a tag that matches only an
 invalid way (line 0 in an empty set: every invalid way's tag is 0) or only a stamp's bits
 is a miss."""
 
@@ -20,6 +21,7 @@ HAS_SIMD = _csim.SIMD_TAG_COMPARE
 # the vector compare runs: a first level alone, or below the first.
 HIERARCHIES = {
     "a GPU's L2 alone, non-pow2 sets": [LevelSpec("L2", 10 << 20, 128, 16)],
+    "a level alone, pow2 sets": [LevelSpec("L2", 8 << 20, 128, 16)],
     "16 ways below a small first level": [LevelSpec("L1", 2048, 64, 4), LevelSpec("L2", 4 << 20, 64, 16)],
     "a large fifo first level alone": [LevelSpec("L1", 12 << 20, 128, 16, policy="fifo")],
     "three levels, the vector compare at the last": [LevelSpec("L1", 4096, 64, 8), LevelSpec("L2", 32768, 64, 16),
@@ -55,6 +57,11 @@ def run(levels: list[LevelSpec], simd: bool) -> tuple[list, int | None]:
     sets = levels[-1].sets
     for seed in range(3):
         h.replay(*traffic(seed, 30_000, sets, line))
+    # whole lines written from their first byte (allocated without a fetch), and runs of lines
+    rng = np.random.default_rng(7)
+    lines = rng.integers(0, 3 * sets, 20_000)
+    h.replay((lines * line).astype(np.uint64), rng.choice([line, 2 * line, 5 * line], 20_000).astype(np.uint32),
+             (rng.random(20_000) < 0.6).astype(np.uint8))
     # a loop nest: the first level's memo and the multi-line runs
     h.replay_nest(LoopNest((40, 64), (Access(0, (line * 37, line), 3 * line, tensor="a"),
                                      Access(1 << 20, (0, line), 8, is_write=True, tensor="b"))))
