@@ -164,6 +164,11 @@ BROKEN = [
      '\n[memory]\n', "compute.achievable.fp32", "above the fp32 peak"),
     ('[memory]\n', '[compute.achievable]\nbf16 = { value = "1 MFLOP/s", source = "t", status = "measured" }\n'
      '\n[memory]\n', "compute.achievable.bf16", "no bf16 peak"),
+    ('[memory]\n', '[compute.achievable]\nfp32 = { value = "0.5 MFLOP/s", source = "t", status = "measured" }\n'
+     '\n[compute.sustained]\nfp32 = { value = "0.6 MFLOP/s", source = "t", status = "measured" }\n'
+     '\n[memory]\n', "compute.sustained.fp32", "above the achievable"),
+    ('[memory]\n', '[compute.sustained]\nfp32 = { value = "2 MFLOP/s", source = "t", status = "measured" }\n'
+     '\n[memory]\n', "compute.sustained.fp32", "above the fp32 peak"),
 ]
 
 

@@ -193,21 +193,32 @@ _RATE = "rate (`'19.5 TFLOP/s'`, `'2 FLOP/cycle'`)"
 _OP = "time (`'6 cycles'`, `'4.2 us'`)"
 _VECTOR, _OVERLAPPED, _THROUGHPUT = ("model", ("vector",)), ("model", ("overlapped",)), ("model", ("throughput",))
 
-COMPUTE_VECTOR = Table("[compute.vector]", tuple(
-    Field(dtype, "any", f"{dtype} FLOP/s of the vector (SIMT/SIMD) units", parse=_flop_rate, unit=_RATE,
-          figure="required")
-    for dtype in DTYPES
-), doc="The vector units' rates, for every kernel that is not a product (elementwise, reductions, updates), "
-       "where they differ from [compute].")
+def _rates_table(name: str, what: str, doc: str) -> Table:
+    """A table of FLOP/s by dtype, every dtype optional, each a sourced figure."""
+    return Table(name, tuple(Field(dtype, "any", what.format(dtype=dtype), parse=_flop_rate, unit=_RATE,
+                                   figure="required") for dtype in DTYPES), doc=doc)
 
-COMPUTE_ACHIEVABLE = Table("[compute.achievable]", tuple(
-    Field(dtype, "any", f"the highest {dtype} rate a matrix product was measured to reach", parse=_flop_rate,
-          unit=_RATE, figure="required")
-    for dtype in DTYPES
-), doc="Measured ceilings of the matrix products, where a microbenchmark found the datasheet peak out of "
-       "reach (a chip at its power limit holds a clock below the one its peak is quoted at): the best rate "
-       "of a search over product shapes, such as Bekman's maximum achievable matmul FLOPS. Products run "
-       "at min(peak, achievable); each figure at most its dtype's [compute] peak.")
+
+COMPUTE_VECTOR = _rates_table(
+    "[compute.vector]", "{dtype} FLOP/s of the vector (SIMT/SIMD) units",
+    "The vector units' rates, for every kernel that is not a product (elementwise, reductions, updates), "
+    "where they differ from [compute].")
+
+COMPUTE_ACHIEVABLE = _rates_table(
+    "[compute.achievable]", "the highest {dtype} rate a matrix product was measured to reach",
+    "Measured ceilings of the matrix products, where a microbenchmark found the datasheet peak out of "
+    "reach (a chip at its power limit holds a clock below the one its peak is quoted at): the best rate "
+    "of a search over product shapes, such as Bekman's maximum achievable matmul FLOPS. Products run "
+    "at min(peak, achievable); each figure at most its dtype's [compute] peak.")
+
+COMPUTE_SUSTAINED = _rates_table(
+    "[compute.sustained]", "the {dtype} rate a matrix product holds at the power-saturated clock",
+    "Measured ceilings of the matrix products once the chip has settled at its power limit: the best "
+    "rate of a shape search after a thermal soak, such as Bekman's maximum sustainable matmul FLOPS "
+    "(MSMF), where [compute.achievable] is the boost-clock burst (MAMF). A training step keeps the "
+    "device at that limit for the whole run, so its products run at min(peak, achievable, sustained); "
+    "every other step at min(peak, achievable). Each figure at most its dtype's achievable ceiling, "
+    "else its peak.")
 
 COMPUTE = Table("[compute]", (
     *(Field(dtype, "any", f"peak dense {dtype} {'OP/s' if dtype.startswith('int') else 'FLOP/s'}",
@@ -216,6 +227,8 @@ COMPUTE = Table("[compute]", (
           table=COMPUTE_VECTOR),
     Field("achievable", "table", "measured ceilings of the matrix products below their peak",
           table=COMPUTE_ACHIEVABLE),
+    Field("sustained", "table", "measured ceilings of the matrix products at the power-saturated clock",
+          table=COMPUTE_SUSTAINED),
 ), doc="Peak dense FLOP/s per dtype of the matrix products, at least one. No sparsity. Where a vector unit "
        "runs a dtype at another rate, state it in [compute.vector]; where a measured product never "
        "reaches the peak, its ceiling in [compute.achievable].")
@@ -599,6 +612,10 @@ class Machine:
     framework: str | None = None  # [timing] framework: the default framework id (None: hand-written)
     vector_flops: dict[str, float] = field(default_factory=dict)  # [compute.vector]: dtype -> FLOP/s
     achievable_flops: dict[str, float] = field(default_factory=dict)  # [compute.achievable]: dtype -> FLOP/s
+    sustained_flops: dict[str, float] = field(default_factory=dict)  # [compute.sustained]: dtype -> FLOP/s
+    # the run keeps the device at its power limit (a training step: memwall.simulation.case),
+    # so its products meet [compute.sustained] as well (memwall.timing.arithmetic_rate)
+    power_saturated: bool = False
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
     energy: EnergySpec | None = None  # [energy]; None: the results' energy is null
     # a --set what-if: {"set": FIELD -> VALUE as given, "moved": every figure it changed}
@@ -676,6 +693,7 @@ class Machine:
             },
             "vector_flops": dict(self.vector_flops),
             "achievable_flops": dict(self.achievable_flops),
+            "sustained_flops": dict(self.sustained_flops),
             "schedule": {"family": self.schedule.family, "params": dict(self.schedule.params)},
             "status": self.status, "status_counts": self.status_counts(),
             "provenance": {
@@ -806,15 +824,22 @@ def _check_kind(values: Mapping[str, Any], problems: Problems) -> None:
 
 def _check_achievable(compute: Mapping[str, Any], problems: Problems) -> None:
     """A measured ceiling is of a dtype the machine states a peak for, and not above it: a
-    ceiling over the peak would be a unit slip or a figure of another part."""
-    for dtype, rate in compute.get("achievable", {}).items():
-        peak = compute.get(dtype)
-        if not isinstance(peak, (int, float)):
-            problems.add(f"achievable {dtype} has no {dtype} peak in [compute] to sit under",
-                         f"compute.achievable.{dtype}")
-        elif rate > peak:
-            problems.add(f"achievable {dtype} {rate / 1e12:.4g} TFLOP/s is above the {dtype} peak "
-                         f"{peak / 1e12:.4g} TFLOP/s", f"compute.achievable.{dtype}")
+    ceiling over the peak would be a unit slip or a figure of another part. A sustained
+    ceiling (the power-saturated clock) is not above the burst one where both are stated."""
+    for table in ("achievable", "sustained"):
+        for dtype, rate in compute.get(table, {}).items():
+            peak = compute.get(dtype)
+            burst = compute.get("achievable", {}).get(dtype) if table == "sustained" else None
+            if not isinstance(peak, (int, float)):
+                problems.add(f"{table} {dtype} has no {dtype} peak in [compute] to sit under",
+                             f"compute.{table}.{dtype}")
+            elif rate > peak:
+                problems.add(f"{table} {dtype} {rate / 1e12:.4g} TFLOP/s is above the {dtype} peak "
+                             f"{peak / 1e12:.4g} TFLOP/s", f"compute.{table}.{dtype}")
+            elif isinstance(burst, (int, float)) and rate > burst:
+                problems.add(f"sustained {dtype} {rate / 1e12:.4g} TFLOP/s is above the achievable "
+                             f"{burst / 1e12:.4g} TFLOP/s: a chip at its power limit holds no more than "
+                             f"its burst", f"compute.sustained.{dtype}")
 
 
 def _check_schedule(values: Mapping[str, Any], levels: list[LevelSpec], problems: Problems) -> None:
@@ -1100,6 +1125,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
     compute = dict(values["compute"])
     vector_flops = compute.pop("vector", {})
     achievable_flops = compute.pop("achievable", {})
+    sustained_flops = compute.pop("sustained", {})
     return Machine(
         id=values["id"], name=values["name"], vendor=values["vendor"], year=values["year"], kind=values["kind"],
         clock_hz=values["clock"], peak_flops=compute, issue_costs=values.get("issue_costs", {}),
@@ -1109,6 +1135,7 @@ def _build(path: Path, problems: Problems, sets: Mapping[str, str] | None = None
         primary_dtype=primary or "", provenance=dict(problems.provenance), sources=values.get("sources", {}),
         notes=own.get("notes", "") if isinstance(own.get("notes", ""), str) else "", base=own.get("base"),
         path=path, dispatch=dispatch, framework=timing.get("framework"), vector_flops=vector_flops, achievable_flops=achievable_flops,
+        sustained_flops=sustained_flops,
         interconnect=_interconnect(values), energy=_energy(values), what_if=what_if,
     )
 

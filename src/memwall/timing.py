@@ -227,10 +227,12 @@ def bound_class(bound: str) -> str:
 
 def arithmetic_rate(machine: Machine, dtype: str, op: str, *, achievable: bool = True) -> float:
     """FLOP/s for an operation: matrix products run at the dtype's peak, or at its measured
-    ceiling ([compute.achievable]) where that is lower and ``achievable`` holds; the rest at
-    the vector units' rate ([compute.vector], by the dtype's fallback order) where the
-    profile states one, else at fp32 where the machine states it, since tensor cores and
-    MXUs do only products."""
+    ceiling ([compute.achievable], the boost-clock burst) where that is lower and
+    ``achievable`` holds, and on a machine held at its power limit (``power_saturated``: a
+    training step) at its power-saturated ceiling ([compute.sustained]) where that is lower
+    still; the rest at the vector units' rate ([compute.vector], by the dtype's fallback
+    order) where the profile states one, else at fp32 where the machine states it, since
+    tensor cores and MXUs do only products."""
     if op not in MATRIX_OPS and machine.vector_flops:
         for d in DTYPE_FALLBACK.get(dtype, (dtype,)):
             rate = machine.vector_flops.get(d)
@@ -242,9 +244,12 @@ def arithmetic_rate(machine: Machine, dtype: str, op: str, *, achievable: bool =
                 return machine.peak_flops[d]
     rated = rate_dtype(machine, dtype)
     peak = machine.peak_flops[rated]
-    if achievable and op in MATRIX_OPS and rated in machine.achievable_flops:
-        return min(peak, machine.achievable_flops[rated])
-    return peak
+    if not achievable or op not in MATRIX_OPS:
+        return peak
+    rate = min(peak, machine.achievable_flops.get(rated, peak))
+    if machine.power_saturated and rated in machine.sustained_flops:
+        rate = min(rate, machine.sustained_flops[rated])
+    return rate
 
 
 def instruction_rate(machine: Machine) -> float:

@@ -20,6 +20,7 @@ PHASES: tuple[str, ...] = ("train", "forward", "decode", "prefill", "generate")
 # steps: memwall.simulation.generate), not one step.
 SERVING_PHASES: tuple[str, ...] = ("decode", "prefill", "generate")
 GENERATE = "generate"
+TRAIN = "train"
 UPDATES: tuple[str, ...] = ("per-example", "minibatch")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
 # Dtypes a network trains in; 16-bit types train with fp32 master weights. fp8 and the

@@ -167,8 +167,10 @@ def _machine_lines(m: profiles.Machine) -> list[str]:
     out += [f"  {dtype:5} " + _figure_text(m, f"compute.{dtype}", format_flop_rate(rate))
             + f"   balance {m.balance(dtype):.3g} FLOP/B" for dtype, rate in m.peak_flops.items()]
     for table, title, rates in (("vector", "compute.vector (kernels that are not products)", m.vector_flops),
-                                ("achievable", "compute.achievable (the products' measured ceiling)",
-                                 m.achievable_flops)):
+                                ("achievable", "compute.achievable (the products' measured ceiling, a burst)",
+                                 m.achievable_flops),
+                                ("sustained", "compute.sustained (the products' ceiling at the power limit: "
+                                              "training steps)", m.sustained_flops)):
         if rates:
             out.append(title)
             out += [f"  {dtype:5} " + _figure_text(m, f"compute.{table}.{dtype}", format_flop_rate(rate))

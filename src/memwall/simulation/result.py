@@ -78,7 +78,8 @@ class Rates:
     fraction_of_peak: float
     achieved_flops: float
     peak_flops: float
-    achievable_flops: float  # the products' measured ceiling ([compute.achievable]), their time's rate
+    achievable_flops: float  # the products' ceiling, their time's rate: [compute.achievable], and in a
+    #                          training step [compute.sustained] where lower (docs/timing.md)
     cups: float
     cps: float
     model_flops: float  # no recomputation

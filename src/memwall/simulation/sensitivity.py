@@ -35,7 +35,7 @@ MIXED_ABOVE, MIXED_BELOW = 1.05, 0.95
 SCALE_ONLY = ("clock",)
 
 _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for p, c in (
-    (r"compute\.[^.]+|compute\.(vector|achievable)\.[^.]+|issue_costs\.[^.]+"
+    (r"compute\.[^.]+|compute\.(vector|achievable|sustained)\.[^.]+|issue_costs\.[^.]+"
      r"|timing\.(outer_product|multiply_add_cycles|vector_bytes)", COMPUTE),
     (r"memory\.(bandwidth|sustained(_read|_copy)?|latency)|level\.[^.]+\.(bandwidth|latency)|schedule\.bytes_in_flight"
      r"|timing\.(mlp|memory_ports|load_ports|store_ports|bank_busy)", MEMORY),
@@ -69,6 +69,7 @@ def timing_figures(machine: Machine, dispatch: str | None = None, links: bool = 
     paths += [f"compute.{d}" for d in machine.peak_flops]
     paths += [f"compute.vector.{d}" for d in machine.vector_flops]
     paths += [f"compute.achievable.{d}" for d in machine.achievable_flops]
+    paths += [f"compute.sustained.{d}" for d in machine.sustained_flops]
     paths += [f"issue_costs.{op}" for op in machine.issue_costs]
     paths += [f"level.{lv.name}.{key}" for lv in machine.levels for key in ("bandwidth", "latency")]
     paths += ["memory.bandwidth", "memory.latency", "schedule.bytes_in_flight"]
@@ -115,7 +116,8 @@ def _changed(machine: Machine, path: str, change: Callable[[Any], Any]) -> Machi
         return replace(machine, clock_hz=change(machine.clock_hz))
     if head == "compute":
         table, _, dtype = rest.rpartition(".")
-        attr = {"": "peak_flops", "vector": "vector_flops", "achievable": "achievable_flops"}[table]
+        attr = {"": "peak_flops", "vector": "vector_flops", "achievable": "achievable_flops",
+                "sustained": "sustained_flops"}[table]
         return replace(machine, **{attr: _with(getattr(machine, attr), dtype, change)})
     if head == "issue_costs":
         return replace(machine, issue_costs=_with(machine.issue_costs, rest, change))
@@ -179,7 +181,8 @@ class _Reads(Mapping[str, Any]):
 
 # The tables of figures a step reads by key, and the --set prefix of their paths.
 _KEYED = (("peak_flops", "compute."), ("vector_flops", "compute.vector."),
-          ("achievable_flops", "compute.achievable."), ("issue_costs", "issue_costs."))
+          ("achievable_flops", "compute.achievable."), ("sustained_flops", "compute.sustained."),
+          ("issue_costs", "issue_costs."))
 
 
 def unread_figures(machine: Machine, retime: Retime) -> set[str]:

@@ -1,0 +1,55 @@
+"""[compute.sustained]: a training step holds the device at its power limit, so its products
+run at min(peak, achievable, sustained); a serving step and a single product (a benchmark's
+burst) keep the burst ceiling, and a profile without the table trains as before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from memwall.profiles import load_machine
+from memwall.simulation import Case, run_case
+from memwall.timing import arithmetic_rate
+
+
+def test_a_training_step_meets_the_power_saturated_ceiling_and_nothing_else_does() -> None:
+    b200 = load_machine("b200")
+    held = dataclasses.replace(b200, power_saturated=True)
+    assert arithmetic_rate(b200, "bf16", "gemm") == pytest.approx(1745e12)  # the burst (MAMF)
+    assert arithmetic_rate(held, "bf16", "gemm") == pytest.approx(1426.4e12)  # at the power limit (MSMF)
+    assert arithmetic_rate(held, "fp8", "gemm") == pytest.approx(3432.5e12)  # no fp8 MSMF: the burst
+    assert arithmetic_rate(held, "bf16", "elementwise") == arithmetic_rate(b200, "bf16", "elementwise")
+    a100 = load_machine("a100-sxm")  # states no sustained ceiling: unchanged
+    assert arithmetic_rate(dataclasses.replace(a100, power_saturated=True), "bf16", "gemm") == pytest.approx(271.2e12)
+
+
+@pytest.mark.parametrize("phase, ceiling", [("train", 1426.4e12), ("decode", 1745e12), ("prefill", 1745e12)])
+def test_only_training_steps_are_held_at_the_power_limit(phase: str, ceiling: float) -> None:
+    case = Case(machine="b200", network="gpt2-small", batch=8, phase=phase, context=128 if phase != "train" else None,
+                dtype="bf16")
+    assert run_case(case)["achievable_flops"] == pytest.approx(ceiling)
+
+
+def test_a_single_product_is_a_burst_even_as_a_training_case() -> None:
+    r = run_case(Case(machine="b200", gemm=(8192, 8192, 8192), dtype="bf16"))
+    assert r["achievable_flops"] == pytest.approx(1745e12)
+
+
+def test_a_compute_bound_training_product_slows_by_burst_over_sustained_and_never_speeds_up() -> None:
+    case = Case(machine="h200", network="gpt2-small", batch=64, dtype="bf16")
+    h200 = load_machine("h200")
+    held = run_case(case)
+    burst = run_case(case, machine=dataclasses.replace(h200, sustained_flops={}))
+    assert held["seconds"] >= burst["seconds"]
+    # the products' arithmetic alone: exactly the ratio of the two ceilings
+    assert held["time_by_component"]["compute"] > burst["time_by_component"]["compute"]
+    assert burst["achievable_flops"] / held["achievable_flops"] == pytest.approx(794.5 / 698.6)
+
+
+def test_the_children_state_their_own_estimate_not_the_b200s_measurement() -> None:
+    for child in ("gb200", "gb300"):
+        m = load_machine(child)
+        fig = m.provenance["compute.sustained.bf16"]
+        assert m.sustained_flops["bf16"] == pytest.approx(1484e12)
+        assert fig.status == "estimate" and "B200" in fig.derivation
