@@ -39,17 +39,22 @@ def test_a_compute_bound_product_slows_by_peak_over_ceiling() -> None:
     assert capped["fraction_of_peak"] < 271.2 / 312
 
 
-def test_the_roofline_draws_the_measured_ceiling_under_the_peak() -> None:
+@pytest.mark.parametrize("machine, drawn", [
+    ("a100-sxm", ["measured ceiling 2.71e+14"]),
+    # the B200 also states the ceiling at its power limit, which training steps meet
+    ("b200", ["measured ceiling 1.74e+15", "power limit (training steps) 1.43e+15"])])
+def test_the_roofline_draws_the_measured_ceilings_under_the_peak(machine: str, drawn: list[str]) -> None:
     from memwall.execute.sweep import machine_roofs
     from memwall.figures import roofline
 
-    (roof,) = machine_roofs(["a100-sxm"])
-    assert roof["achievable_flops"]["bf16"] == pytest.approx(271.2e12)
-    point = {"machine": "a100-sxm", "network": "gpt2-small", "batch": 8, "intensity": 300.0,
+    (roof,) = machine_roofs([machine])
+    point = {"machine": machine, "network": "gpt2-small", "batch": 8, "intensity": 300.0,
              "intensity_level": "memory", "achieved_flops": 2e14}
     fig = roofline.draw({"points": [point], "roofs": [roof]})
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert any("measured ceiling 2.71e+14" in label for label in labels), labels
+    for words in drawn:
+        assert any(words in label for label in labels), labels
+    assert ("power limit" in " ".join(labels)) == bool(roof["sustained_flops"])
 
 
 def test_a_what_if_may_add_a_ceiling_a_profile_lacks_and_is_filed_as_one() -> None:

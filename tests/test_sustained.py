@@ -53,3 +53,4 @@ def test_the_children_state_their_own_estimate_not_the_b200s_measurement() -> No
         fig = m.provenance["compute.sustained.bf16"]
         assert m.sustained_flops["bf16"] == pytest.approx(1484e12)
         assert fig.status == "estimate" and "B200" in fig.derivation
+

@@ -310,7 +310,7 @@ def run_sweep(
 
 def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
     """Each machine's roofs, for the report's roofline: peak FLOP/s per dtype (and the
-    products' measured ceilings where the profile states them), main-memory
+    products' measured ceilings, burst and power-saturated, where the profile states them), main-memory
     bandwidth and capacity, and each level's size and bandwidth (None where the profile
     gives none)."""
     out = []
@@ -319,7 +319,7 @@ def machine_roofs(specs: Iterable[str]) -> list[dict[str, Any]]:
         info = machine_info(spec)
         out.append({"machine": info.id, "name": info.name, "synthetic": info.synthetic, "year": m.year, "kind": m.kind,
                     "primary_dtype": m.primary_dtype, "peak_flops": dict(m.peak_flops),
-                    "achievable_flops": dict(m.achievable_flops),
+                    "achievable_flops": dict(m.achievable_flops), "sustained_flops": dict(m.sustained_flops),
                     "memory_bandwidth": m.memory.bandwidth, "memory_capacity": m.memory.capacity,
                     "levels": [{"name": lv.name, "size": lv.size, "bandwidth": lv.bandwidth} for lv in m.levels]})
     return out

@@ -73,6 +73,10 @@ def draw(data: Row):
     if ceiling and ceiling < peak:
         ax.axhline(ceiling, color="#222222", lw=1, ls=":",
                    label=f"products' measured ceiling {ceiling:.3g} FLOP/s ([compute.achievable])")
+    held = (roof.get("sustained_flops") or {}).get(roof["primary_dtype"])
+    if held and held < (ceiling or peak):
+        ax.axhline(held, color="#888888", lw=1, ls=":",
+                   label=f"at the power limit (training steps) {held:.3g} FLOP/s ([compute.sustained])")
     for j, (level, bw) in enumerate(roof_lines(roof)):
         ax.plot(xs, np.minimum(bw * xs, peak), color="#222222" if j == 0 else "#888888",
                 ls="-" if j == 0 else "--", lw=1, label=f"{level} ceiling: {bw:.3g} B/s × intensity")
