@@ -254,18 +254,20 @@ cdef extern from *:
        loop's state fits the registers: the general loop keeps its counters and clocks on
        the stack (its other paths need the registers), and spent about twice the
        microbenchmark's time per lookup on them. The level's running state comes in and
-       goes out through ``st``; the caller adds the counters. */
+       goes out through ``st`` (memwall_range_t: a fast first level's clock, most recent
+       line and counts over a range, which commit_range puts back, for this loop and the
+       general one); the caller adds the counters. */
     #include <stdint.h>
     typedef struct {
         uint64_t clock, reads, writes, read_misses, write_misses, writebacks, bytes_in;
         uint64_t mru_valid, mru_line, mru_idx;
-    } memwall_o16_t;
+    } memwall_range_t;
     #ifdef MEMWALL_X86_SIMD
     __attribute__((target("avx512f")))
     static void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic,
                                    uint64_t mask, int pow2, int shift, const uint64_t *addr,
                                    const uint32_t *size, const uint8_t *is_write, int64_t i0,
-                                   int64_t i1, memwall_o16_t *st) {
+                                   int64_t i1, memwall_range_t *st) {
         const uint64_t lb = 1ULL << shift;
         uint64_t clock = st->clock, reads = 0, writes = 0, read_misses = 0, write_misses = 0;
         uint64_t writebacks = 0, bytes_in = 0;
@@ -331,18 +333,18 @@ cdef extern from *:
     static void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic,
                                    uint64_t mask, int pow2, int shift, const uint64_t *addr,
                                    const uint32_t *size, const uint8_t *is_write, int64_t i0,
-                                   int64_t i1, memwall_o16_t *st) {  /* never called here */
+                                   int64_t i1, memwall_range_t *st) {  /* never called here */
         (void)ways; (void)order; (void)sets; (void)magic; (void)mask; (void)pow2; (void)shift;
         (void)addr; (void)size; (void)is_write; (void)i0; (void)i1; (void)st;
     }
     #endif
     """
-    ctypedef struct memwall_o16_t:
+    ctypedef struct memwall_range_t:
         uint64_t clock, reads, writes, read_misses, write_misses, writebacks, bytes_in
         uint64_t mru_valid, mru_line, mru_idx
     void memwall_replay_o16(uint64_t *ways, uint64_t *order, uint64_t sets, uint64_t magic, uint64_t mask,
                             int pow2, int shift, const uint64_t *addr, const uint32_t *size,
-                            const uint8_t *is_write, int64_t i0, int64_t i1, memwall_o16_t *st) nogil
+                            const uint8_t *is_write, int64_t i0, int64_t i1, memwall_range_t *st) nogil
 
 
 # Whether this host compares the tags of a ``simd_tags`` level with AVX-512 (bench_ceiling prints it)
@@ -1376,37 +1378,20 @@ cdef void replay_first_fast(engine_t *e, const addr_t *addr, const size_t32 *siz
             if line == last:
                 break
             line += 1
-    L.clock = clock
-    L.mru_valid = mru_valid
-    L.mru_line = mru_line
-    L.mru_idx = mru_idx
-    L.c.reads += reads
-    L.c.writes += writes
-    L.c.read_misses += read_misses
-    L.c.write_misses += write_misses
-    L.c.writebacks += writebacks
-    L.c.bytes_in += bytes_in
-    L.c.bytes_out += writebacks * lb
-    if to_memory:  # what next_line_ref counts, for every fetch and write-back of the range
-        e.mem.reads += bytes_in // lb
-        e.mem.bytes_read += bytes_in
-        e.mem.writes += writebacks
-        e.mem.bytes_written += writebacks * lb
-    e.accesses += <uint64_t> (i1 - i0)
+    cdef memwall_range_t st
+    st.clock, st.mru_valid, st.mru_line, st.mru_idx = clock, mru_valid, mru_line, mru_idx
+    st.reads, st.writes, st.read_misses, st.write_misses = reads, writes, read_misses, write_misses
+    st.writebacks, st.bytes_in = writebacks, bytes_in
+    commit_range(e, L, &st, to_memory, i1 - i0)
 
 
-cdef void replay_o16(engine_t *e, level_t *L, const addr_t *addr, const size_t32 *size,
-                     const flag_t *is_write, index_t i0, index_t i1) noexcept nogil:
-    """replay_first_fast through memwall_replay_o16 (its configuration checked by the
-    caller): the level's state handed over, the counters it returns added as the general
-    loop adds them (no prefetch: a single level has no sets below to hint)."""
-    cdef memwall_o16_t st
-    st.clock = L.clock
-    st.mru_valid = L.mru_valid
-    st.mru_line = L.mru_line
-    st.mru_idx = L.mru_idx
-    memwall_replay_o16(<uint64_t *> L.way, L.order, L.sets, L.set_magic, L.set_mask, L.sets_pow2, L.line_shift,
-                       addr, size, is_write, i0, i1, &st)
+cdef inline void commit_range(engine_t *e, level_t *L, const memwall_range_t *st, bint to_memory,
+                              index_t accesses) noexcept nogil:
+    """The end of a fast first level's run over a range of accesses (replay_first_fast's loop
+    or memwall_replay_o16): its clock and most recent line back in the level, its counts
+    added, and where its fetches and write-backs go to main memory (a single level), what
+    next_line_ref would have counted for them, summed once for the range."""
+    cdef uint64_t lb = L.line_bytes
     L.clock = st.clock
     L.mru_valid = st.mru_valid != 0
     L.mru_line = st.mru_line
@@ -1417,12 +1402,28 @@ cdef void replay_o16(engine_t *e, level_t *L, const addr_t *addr, const size_t32
     L.c.write_misses += st.write_misses
     L.c.writebacks += st.writebacks
     L.c.bytes_in += st.bytes_in
-    L.c.bytes_out += st.writebacks * L.line_bytes
-    e.mem.reads += st.bytes_in // L.line_bytes
-    e.mem.bytes_read += st.bytes_in
-    e.mem.writes += st.writebacks
-    e.mem.bytes_written += st.writebacks * L.line_bytes
-    e.accesses += <uint64_t> (i1 - i0)
+    L.c.bytes_out += st.writebacks * lb
+    if to_memory:
+        e.mem.reads += st.bytes_in // lb
+        e.mem.bytes_read += st.bytes_in
+        e.mem.writes += st.writebacks
+        e.mem.bytes_written += st.writebacks * lb
+    e.accesses += <uint64_t> accesses
+
+
+cdef void replay_o16(engine_t *e, level_t *L, const addr_t *addr, const size_t32 *size,
+                     const flag_t *is_write, index_t i0, index_t i1) noexcept nogil:
+    """replay_first_fast through memwall_replay_o16 (its configuration checked by the
+    caller): the level's state handed over and taken back by commit_range, as the general
+    loop's is (no prefetch: a single level has no sets below to hint)."""
+    cdef memwall_range_t st
+    st.clock = L.clock
+    st.mru_valid = L.mru_valid
+    st.mru_line = L.mru_line
+    st.mru_idx = L.mru_idx
+    memwall_replay_o16(<uint64_t *> L.way, L.order, L.sets, L.set_magic, L.set_mask, L.sets_pow2, L.line_shift,
+                       addr, size, is_write, i0, i1, &st)
+    commit_range(e, L, &st, 1, i1 - i0)
 
 
 cdef void replay_one_fast(engine_t *e, addr_t addr, uint64_t size, bint is_write) noexcept nogil:
