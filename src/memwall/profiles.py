@@ -819,10 +819,10 @@ def _check_kind(values: Mapping[str, Any], problems: Problems) -> None:
         problems.add("a scalar machine needs issue_costs fadd and fmul", "issue_costs")
     if "compute" in values and not values["compute"]:
         problems.add("[compute] needs at least one dtype", "compute")
-    _check_achievable(values.get("compute", {}), problems)
+    _check_ceilings(values.get("compute", {}), problems)
 
 
-def _check_achievable(compute: Mapping[str, Any], problems: Problems) -> None:
+def _check_ceilings(compute: Mapping[str, Any], problems: Problems) -> None:
     """A measured ceiling is of a dtype the machine states a peak for, and not above it: a
     ceiling over the peak would be a unit slip or a figure of another part. A sustained
     ceiling (the power-saturated clock) is not above the burst one where both are stated."""

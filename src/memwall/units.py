@@ -40,12 +40,17 @@ _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>\S.*?)?\s*$")
 
 
+def _article(what: str) -> str:
+    """``what`` with its indefinite article ("an arithmetic rate", "a bandwidth")."""
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def _split(text: str, what: str) -> tuple[float, str]:
     if not isinstance(text, str):
-        raise InputError(f"expected a {what} as a string with a unit, got {text!r}")
+        raise InputError(f"expected {_article(what)} as a string with a unit, got {text!r}")
     m = _QUANTITY.match(text.replace("_", ""))
     if not m:
-        raise InputError(f"cannot read {text!r} as a {what}: expected a number and a unit")
+        raise InputError(f"cannot read {text!r} as {_article(what)}: expected a number and a unit")
     value = float(m.group("num"))
     if not math.isfinite(value):
         raise InputError(f"{text!r} is not a finite number")
