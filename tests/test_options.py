@@ -61,6 +61,7 @@ def test_defaults_never_count_as_given_and_the_timing_never_shapes_a_replay():
     (["--network", "llama3-8b", "--phase", "decode", "--context", "5", "--weight-group", "32"], "--weight-group"),
     (["--gemm", "64,64,64", "--crossover"], "--crossover"),
     (["--network", "llama3-8b", "--crossover"], "--crossover"),
+    (["--network", "gpt2-small", "--out-dtype", "fp16"], "--out-dtype"),
 ])
 def test_an_option_that_does_not_apply_is_refused_in_one_line_naming_it(argv, named, capsys):
     assert main(["inspect", "--machine", "h100-sxm", *argv]) == 2

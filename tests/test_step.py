@@ -212,3 +212,29 @@ def test_attention_kernels_are_a_case_option(capsys):
     assert json.loads(capsys.readouterr().out)["attention"] == "flash"
     with pytest.raises(InputError, match="no attention"):
         build_case_step(Case("h100-sxm", "nettalk", attention="flash"))
+
+
+def test_a_single_product_writes_its_result_in_out_dtype(capsys):
+    """--out-dtype: cuBLASLt's D type. An fp8 product that writes fp16 (as Azure's
+    cublaslt_gemm -t fp8e4m3 does) moves twice the output bytes of one that writes fp8, and a
+    skinny, memory-bound product is slower for it; the option belongs to a GEMM alone."""
+    import json
+
+    from memwall.cli import main
+
+    s8, s16 = gemm_step(4096, 192, 768, "fp8"), gemm_step(4096, 192, 768, "fp8", "fp16")
+    assert (s8.kernels[0].writes[0].bytes, s16.kernels[0].writes[0].bytes) == (4096 * 192, 4096 * 192 * 2)
+    assert s16.kernels[0].flops == s8.kernels[0].flops
+    assert gemm_step(64, 64, 64, "mxfp8", "fp32").kernels[0].writes[0].bytes == 64 * 64 * 4
+
+    def run(*extra):
+        assert main(["inspect", "--machine", "h100-sxm", "--gemm", "802816,192,768", "--dtype", "fp8",
+                     "--json", "--no-progress", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain, wide = run(), run("--out-dtype", "fp16")
+    assert wide["bytes"]["memory"] > plain["bytes"]["memory"] * 1.1
+    assert wide["seconds"] > plain["seconds"]
+    assert (plain["out_dtype"], wide["out_dtype"]) == ("fp8", "fp16")
+    assert main(["inspect", "--machine", "h100-sxm", "--network", "llama2-7b", "--out-dtype", "fp16"]) == 2
+    assert "applies only to a single GEMM" in capsys.readouterr().err

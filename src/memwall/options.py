@@ -44,6 +44,7 @@ from .vocabulary import (
     MAX_WEIGHT_GROUP,
     OPTIMIZERS,
     PHASES,
+    PRODUCT_OUT_DTYPES,
     SERVING_PHASES,
     TIMINGS,
     TRAINING_DTYPES,
@@ -113,6 +114,8 @@ class Option:
     def why_not(self, workload: str, phase: str) -> str:
         """Why the option does not apply (one clause), for :func:`refuse_inapplicable`."""
         if workload not in self.workloads:
+            if workload == NETWORK:
+                return "applies only to a single GEMM (--gemm), not to a network's step"
             return f"does not apply to a single GEMM (it {'picks' if self.name == 'phase' else 'shapes'} a network's step)"
         if phase not in self.phases:
             return f"does not apply to phase {phase} (only to {', '.join(self.phases)})"
@@ -187,6 +190,9 @@ OPTIONS: tuple[Option, ...] = (
             "also int8 (fp8 and the block formats as W8A8 serving runs them: the block matrices' weights and "
             "product inputs narrow, the rest bf16); a single GEMM any", STEP, choices=DTYPES, workloads=(NETWORK, GEMM),
             default_doc="the network's own; fp32 for a GEMM"),
+    _option("out_dtype", str, "a single GEMM: the type its product writes C in (cuBLASLt's D type; an fp8 "
+            "product commonly writes bf16 or fp16)", STEP, choices=PRODUCT_OUT_DTYPES, workloads=(GEMM,),
+            default_doc="the dtype's own; bf16 for a block-scaled format"),
     _option("seq_len", int, "tokens per sequence, for sequence models", STEP, minimum=1, phases=NOT_SERVING,
             default_doc="the preset's", metavar="N"),
     _option("dispatch", str, "how kernels are issued: eager (kernel by kernel), graph (a captured graph "

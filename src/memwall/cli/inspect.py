@@ -232,7 +232,8 @@ def render(result: dict) -> str:
         f"{result['machine_name']} ({result['machine']}, {result['year']}, {result['kind']}, "
         f"balance {result['balance']:.3g} FLOP/B)",
         f"{workload}: batch {result['batch']}, {result['phase']}, updates {result['updates']}, "
-        f"checkpoint {result['checkpoint']}, {result['dtype']}",
+        f"checkpoint {result['checkpoint']}, {result['dtype']}"
+        + (f", C written in {result['out_dtype']}" if result.get("out_dtype") else ""),
         "",
     ]
     header = f"{'kernel':<28} {'x':>5} {'time':>10} {'compute':>7} {'ovh':>6} " + " ".join(

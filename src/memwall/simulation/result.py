@@ -23,7 +23,7 @@ from ..profiles import Machine
 from ..seed import MICRO_PHASES, seed_model
 from ..text import non_finite
 from ..timing import FRAMEWORK, MEMORY, StepTiming, arithmetic_rate, word_widening
-from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS
+from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS, product_out_dtype
 from ..workloads.config import TrainingConfig
 from ..workloads.step import Step, activation_traffic, d_min
 from .columns import Column
@@ -48,6 +48,7 @@ class Identity:
     phase: str  # the step's: a single GEMM is a forward product whatever the case says
     dtype: str | None
     parameters: int | None = None  # the network's trained values, as `memwall step --json` counts them
+    out_dtype: str | None = None  # a single GEMM: the type C is written in (None for a network)
 
 
 @dataclass(frozen=True)
@@ -478,7 +479,8 @@ def build_groups(case: Case, step: Step, timing: StepTiming, fallback: dict[str,
                           balance=machine.balance(), network=case.network,
                           gemm=list(case.gemm) if case.gemm else None, batch=case.batch,
                           checkpoint=case.checkpoint, updates=case.updates, phase=timing.phase, dtype=dtype,
-                          parameters=step.network.parameters if case.network is not None else None),
+                          parameters=step.network.parameters if case.network is not None else None,
+                          out_dtype=product_out_dtype(dtype, case.out_dtype) if case.gemm else None),
         time=Time(seconds=seconds, stall_fraction=sum(timing.stall.values()) / seconds if seconds > 0 else 0.0,
                   bound=binds.bound, bound_class=binds.bound_class, memory_ratio=timing.memory_ratio,
                   verdict=verdict(timing, binds, elasticities), sensitivity=elasticities,

@@ -23,7 +23,7 @@ def build_case_step(case: Case) -> Step:
         raise InputError("a case names exactly one of a network and a GEMM", field="network")
     if case.gemm is not None:
         m, n, k = case.gemm
-        step = gemm_step(m, n, k, case.dtype or "fp32")
+        step = gemm_step(m, n, k, case.dtype or "fp32", case.out_dtype)
     else:
         network = case_network(case)
         step = build_step(network, case_config(case, network))

@@ -160,7 +160,7 @@ class _Measured:
         """A short human description: 'nettalk b=1 per-example train' or 'gemm 4096x16x4096 fp16'."""
         if self.gemm is not None:
             m, n, k = self.gemm
-            return f"gemm {m}x{n}x{k} {self.dtype}"
+            return f"gemm {m}x{n}x{k} {self.dtype}" + (f" out {self.out_dtype}" if self.out_dtype else "")
         given = self.options()
         phase = self.phase
         parts = [str(self.network), f"b={self.batch}"]

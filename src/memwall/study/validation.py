@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..options import Case
+from ..options import GEMM, OPTIONS, Case
 from ..options import names as option_names
 from .identity import is_path
 from .measurements import Measurement
@@ -131,8 +131,8 @@ def case_for(m: Measurement) -> Case:
     """The simulation that reproduces a measurement's workload: its machine, its workload and
     every case option the file states (memwall.options), the rest at their defaults."""
     if m.gemm is not None:
-        return Case(machine=m.machine, gemm=m.gemm, dtype=m.dtype, phase="forward", dispatch=m.dispatch,
-                    framework=m.framework, timing=m.timing)
+        return Case(machine=m.machine, gemm=m.gemm, phase="forward",
+                    **{o.name: getattr(m, o.name) for o in OPTIONS if GEMM in o.workloads})
     return Case(machine=m.machine, network=m.network_file or m.network, **{k: getattr(m, k) for k in option_names()})
 
 

@@ -241,7 +241,7 @@ class Graph:
 
     def gemm(self, name: str, phase: str, a: str, b: str, c: str, m: int, n: int, k: int, *,
              trans: tuple[bool, bool] = (False, False), batch: int = 1, repeat: int = 1, role: str = "",
-             stored: str | None = None) -> None:
+             stored: str | None = None, c_bytes: int | None = None) -> None:
         """``C[M x N] = A[M x K] . B[K x N]``, ``batch`` times: 2.M.N.K FLOPs each.
 
         ``stored``: B is held in this narrow type and dequantized in the product's prologue,
@@ -250,6 +250,8 @@ class Graph:
         the weights widened (``ops['dequant']``), whose instructions the timing charges.
         Where the type has group scales (WEIGHT_GROUP_SCALES), the product reads B's
         scales too, once a run (lowered with the epilogue's operands, after the product).
+        ``c_bytes``: C's element size where it differs from the dtype's (a product that
+        writes its result wider or narrower than its inputs).
         """
         if self.product and role == "linear" and self.block >= 0:
             self._narrow_gemm(name, phase, a, b, c, m, n, k, trans, batch, repeat, stored)
@@ -263,6 +265,8 @@ class Graph:
             # instructions the framework's kernel spends on each (docs/timing.md, 'throughput')
             ops = plus(ops, {"mul": dq, **({"add": dq} if stored.startswith("int") else {}), "dequant": dq})
             params = {"b_dtype": stored}
+        if c_bytes is not None:
+            params["c_bytes"] = c_bytes
         reads = (a, b, self.scales[b]) if stored and b in self.scales else (a, b)
         self.add(Op(name, phase, "gemv" if m == 1 or n == 1 else "gemm", self.dtype, flops_of(ops), ops, reads,
                     (c,), (m, n, k), repeat=repeat, batch=batch, trans=trans, params=params, role=role))

@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..networks import Network
-from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS
+from ..vocabulary import BLOCK_FORMATS, DTYPE_BITS, DTYPE_BYTES, product_out_dtype
 from . import accumulation, checkpoint, fusion, update_fusion
 from .builders.chain import declare_chain
 from .builders.transformer import NO_SPLIT, SeqSplit, declare_transformer
@@ -200,8 +200,9 @@ def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool
                 _total_flops(kernels, iterations), tokens)
 
 
-def gemm_step(m: int, n: int, k: int, dtype: str = "fp32") -> Step:
-    """A single product C[M x N] = A[M x K] . B[K x N]: one kernel, 2MNK FLOPs."""
+def gemm_step(m: int, n: int, k: int, dtype: str = "fp32", out_dtype: str | None = None) -> Step:
+    """A single product C[M x N] = A[M x K] . B[K x N]: one kernel, 2MNK FLOPs; C written
+    in ``out_dtype`` (vocabulary.product_out_dtype)."""
     for name, v in (("M", m), ("N", n), ("K", k)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InputError(f"must be a positive integer, got {v!r}", field=name)
@@ -213,14 +214,15 @@ def gemm_step(m: int, n: int, k: int, dtype: str = "fp32") -> Step:
     bits = DTYPE_BITS[dtype] if fmt else None
     a = g.tensor("A", m * k, cls="input", whole_step=True, bits=bits)
     b = g.tensor("B", k * n, cls="weights", whole_step=True, bits=bits)
-    c = g.tensor("C", m * n, cls="workspace", whole_step=True)
+    c_bytes = DTYPE_BYTES[product_out_dtype(dtype, out_dtype)] if out_dtype or fmt else None
+    c = g.tensor("C", m * n, c_bytes, cls="workspace", whole_step=True)
     if fmt is None:
-        g.gemm("gemm", "forward", a, b, c, m, n, k)
-    else:  # both operands stored in the block format with their scales; C in bf16
+        g.gemm("gemm", "forward", a, b, c, m, n, k, c_bytes=c_bytes)
+    else:  # both operands stored in the block format with their scales
         scales = tuple(g.tensor(f"scales.{t}", fmt.scale_bytes(e), 1, cls=cls, whole_step=True)
                        for t, e, cls in (("A", m * k, "input"), ("B", k * n, "weights")))
         ops = {"fma": m * n * k}
         g.add(Op("gemm", "forward", "gemv" if m == 1 or n == 1 else "gemm", dtype, flops_of(ops), ops,
-                 (a, b, *scales), (c,), (m, n, k), params={"c_bytes": 2}))
+                 (a, b, *scales), (c,), (m, n, k), params={"c_bytes": c_bytes}))
     kernels, layout = derive(g)
     return Step(net, cfg, kernels, layout.ledger, 1, m, k * n, _total_flops(kernels, 1))
