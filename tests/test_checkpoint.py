@@ -6,7 +6,7 @@ import pytest
 
 from memwall.errors import InputError
 from memwall.networks import load_network
-from memwall.workloads.checkpoint import segments
+from memwall.workloads.checkpoint import recomputed_layers, segments
 from memwall.workloads.config import TrainingConfig
 from memwall.workloads.graph import Graph
 from memwall.workloads.liveness import classes
@@ -151,7 +151,7 @@ def test_checkpointing_never_grows_the_activations_peak(nid):
     net = load_network(nid)
     seq = 64 if net.is_sequence else None
     plain = build_step(net, TrainingConfig(batch=2, seq_len=seq))
-    for ck in ("every:1", "every:2", "sqrt", "selective"):
+    for ck in ("every:1", "every:2", "sqrt", "selective", "block:1"):
         if ck == "selective" and not net.is_sequence:
             continue
         st = build_step(net, TrainingConfig(batch=2, seq_len=seq, checkpoint=ck))
@@ -168,3 +168,29 @@ def test_refusals_keep_their_fields():
     assert e.value.field == "checkpoint" and "branches" in str(e.value)
     # inference ignores checkpointing, as before
     assert build_step(load_network("resnet-50"), TrainingConfig(checkpoint="sqrt", phase="forward")).kernels
+
+
+def test_block_recomputes_the_first_n_layers_each_alone(tiny_gpt):
+    """block:N (Megatron-LM's recompute_method block, recompute_num_layers N): each of the
+    first N layers is a segment of its own; the rest keep their activations. Its recompute
+    is N layers' forward, its activations peak between none's and every:1's, and N at or
+    above L is every:1. The step keeps one layer of each kind the checkpointing leaves
+    alike (the recomputed and the plain), repeated as many times as there are of it."""
+    assert segments(12, "block:3") == [(0, 1), (1, 2), (2, 3)] and segments(2, "block:5") == [(0, 1), (1, 2)]
+    assert [recomputed_layers(12, c) for c in ("none", "selective", "block:3", "block:40", "every:5", "sqrt")] == \
+        [0, 0, 3, 12, 12, 12]
+    net = tiny_gpt(6, 64, 256, 100, 32)
+
+    def step(ck, expand=False):
+        return build_step(net, TrainingConfig(batch=2, checkpoint=ck, optimizer="adam"), expand_repeats=expand)
+
+    plain, every, block = step("none"), step("every:1"), step("block:2")
+    layer_fwd = every.flops["recompute"] // 6
+    assert block.flops["recompute"] == 2 * layer_fwd and every.flops["recompute"] == 6 * layer_fwd > 0
+    assert plain.ledger.activations > block.ledger.activations > every.ledger.activations
+    assert step("block:6").flops == every.flops and step("block:6").ledger == every.ledger
+    assert step("block:9").flops == every.flops
+    full = step("block:2", expand=True)
+    assert block.flops == full.flops and block.ledger == full.ledger
+    wqkv = [(k.phase, k.layer, k.repeat) for k in block.kernels if k.name == "wqkv.fwd"]
+    assert wqkv == [("forward", 0, 2), ("forward", 2, 4), ("recompute", 0, 2)]

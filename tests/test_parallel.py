@@ -138,6 +138,16 @@ def test_tensor_parallel_all_reduces_twice_a_layer_each_way(gpt2) -> None:
     recompute = replace(cfg, checkpoint="every:1")
     again = communication(gpt2, recompute, Parallel(tp=2), st, build_step(gpt2, cfg).ledger, 128)[0]
     assert again.count == 6 * gpt2.n_layers + 1
+    # block:N re-runs the forward of the first N layers only, and their all-reduces
+    block = communication(gpt2, replace(cfg, checkpoint="block:3"), Parallel(tp=2), st, build_step(gpt2, cfg).ledger,
+                          128)[0]
+    assert block.count == 4 * gpt2.n_layers + 2 * 3 + 1
+    sp = {c.kind: c.count for c in communication(gpt2, replace(cfg, checkpoint="block:3"),
+                                                 Parallel(tp=2, sequence_parallel=True), st,
+                                                 build_step(gpt2, cfg).ledger, 128)}
+    sp_plain = {c.kind: c.count for c in communication(gpt2, cfg, Parallel(tp=2, sequence_parallel=True), st,
+                                                       build_step(gpt2, cfg).ledger, 128)}
+    assert {k: sp[k] - sp_plain[k] for k in sp} == {"all-gather": 6, "reduce-scatter": 6}
 
 
 def test_data_parallel_reduces_every_gradient_byte(gpt2) -> None:

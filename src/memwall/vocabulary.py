@@ -125,22 +125,24 @@ def product_out_dtype(dtype: str, out_dtype: str | None = None) -> str:
     return out_dtype or ("bf16" if dtype in BLOCK_FORMATS else dtype)
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers
-# a segment), selective (recompute the attention core only; Korthikanti et al. 2022).
+# a segment), block:N (the first N layers each its own segment, the rest stored: Megatron's
+# recompute_method block with recompute_num_layers N), selective (recompute the attention
+# core only; Korthikanti et al. 2022).
 CHECKPOINT_WORDS: tuple[str, ...] = ("none", "sqrt", "selective")
-CHECKPOINT_SYNTAX = "none | sqrt | every:K | selective"
-_EVERY = re.compile(r"every:([1-9][0-9]*)")
+CHECKPOINT_SYNTAX = "none | sqrt | every:K | block:N | selective"
+_COUNTED = re.compile(r"(every|block):([1-9][0-9]*)")
 
 
 @dataclass(frozen=True)
 class Checkpointing:
-    """A parsed checkpointing option: ``mode`` is none, sqrt, every or selective."""
+    """A parsed checkpointing option: ``mode`` is none, sqrt, every, block or selective."""
 
     mode: str
-    every: int = 0  # layers per segment for mode 'every'
+    count: int = 0  # every: layers a segment; block: the layers recomputed, from the first
 
     @property
     def text(self) -> str:
-        return f"every:{self.every}" if self.mode == "every" else self.mode
+        return f"{self.mode}:{self.count}" if self.mode in ("every", "block") else self.mode
 
 
 def parse_checkpoint(text: object, field: str = "checkpoint") -> Checkpointing:
@@ -148,10 +150,10 @@ def parse_checkpoint(text: object, field: str = "checkpoint") -> Checkpointing:
     if isinstance(text, str):
         if text in CHECKPOINT_WORDS:
             return Checkpointing(text)
-        m = _EVERY.fullmatch(text)
+        m = _COUNTED.fullmatch(text)
         if m:
-            return Checkpointing("every", int(m.group(1)))
-    raise InputError(f"unknown checkpointing {text!r}; use {CHECKPOINT_SYNTAX} (K a positive integer)",
+            return Checkpointing(m.group(1), int(m.group(2)))
+    raise InputError(f"unknown checkpointing {text!r}; use {CHECKPOINT_SYNTAX} (K and N positive integers)",
                      field=field)
 
 

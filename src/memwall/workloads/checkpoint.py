@@ -1,6 +1,6 @@
 """Activation checkpointing: one transform over the declared forward and backward kernels.
 
-Owns: :func:`segment_length`, :func:`segments` and :func:`apply`.
+Owns: :func:`segment_length`, :func:`segments`, :func:`recomputed_layers` and :func:`apply`.
 
 * ``every:K`` and ``sqrt`` (K = ceil(sqrt L)) cut the L blocks into segments of K; the
   short segment comes first, so the last segment - recomputed while every boundary is
@@ -14,6 +14,12 @@ Owns: :func:`segment_length`, :func:`segments` and :func:`apply`.
   recompute and the backward, and stay saved. The recomputed output of a segment's last
   block is a copy of the next segment's boundary, already counted there: it is
   workspace.
+* ``block:N`` makes each of the first N blocks a segment of its own and leaves the rest
+  as they are (their activations saved, nothing recomputed): Megatron-LM's
+  ``recompute_granularity full``, ``recompute_method block``, ``recompute_num_layers N``,
+  which checkpoints the inputs of that many individual layers of a pipeline stage and
+  runs the others without recomputation (memwall counts the N over a device's layers,
+  its interleaved chunks together). N at or above L is every:1.
 * ``selective`` (Korthikanti et al. 2022) reruns only the kernels of role
   ``attention-core`` (QK^T, softmax, dropout) of each block, just before that block's
   attention backward. A fused (flash) attention kernel has no such kernels: it already
@@ -30,27 +36,36 @@ from .graph import Graph, Op, TensorDecl
 
 
 def segment_length(n_layers: int, checkpoint: str | Checkpointing) -> int | None:
-    """Blocks per checkpointed segment; None when nothing is recomputed by segments."""
+    """Blocks per checkpointed segment (block:N: 1); None when nothing is recomputed by segments."""
     c = parse_checkpoint(checkpoint) if isinstance(checkpoint, str) else checkpoint
     if c.mode == "sqrt":
         k = 1
         while k * k < n_layers:
             k += 1
         return k
-    return c.every if c.mode == "every" else None
+    return c.count if c.mode == "every" else 1 if c.mode == "block" else None
 
 
 def segments(n_layers: int, checkpoint: str | Checkpointing) -> list[tuple[int, int]]:
-    """The checkpointed segments ``[start, end)`` of ``n_layers`` blocks, the short one first.
+    """The checkpointed segments ``[start, end)`` of ``n_layers`` blocks, the short one first;
+    block:N, the first N blocks one a segment.
 
     Empty without segment checkpointing (none, selective).
     """
-    k = segment_length(n_layers, checkpoint)
+    c = parse_checkpoint(checkpoint) if isinstance(checkpoint, str) else checkpoint
+    if c.mode == "block":
+        return [(i, i + 1) for i in range(min(c.count, n_layers))]
+    k = segment_length(n_layers, c)
     if not k:
         return []
     first = n_layers - (-(-n_layers // k) - 1) * k
     bounds = [0, *range(first, n_layers, k)]
     return [(s, bounds[i + 1] if i + 1 < len(bounds) else n_layers) for i, s in enumerate(bounds)]
+
+
+def recomputed_layers(n_layers: int, checkpoint: str | Checkpointing) -> int:
+    """How many of ``n_layers`` blocks run their forward a second time (in full)."""
+    return sum(e - s for s, e in segments(n_layers, checkpoint))
 
 
 @dataclass

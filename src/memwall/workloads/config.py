@@ -51,8 +51,9 @@ class TrainingConfig:
     the preset's own when None). ``per-example`` updates (1986-style online SGD) apply
     the update after every example; ``minibatch`` once per batch. ``bf16`` computes in
     bfloat16 with fp32 master weights kept by the optimizer. ``checkpoint`` is ``none``,
-    ``sqrt`` (ceil(sqrt L) layers a segment), ``every:K`` or ``selective`` (recompute
-    the attention core only: Korthikanti et al. 2022).
+    ``sqrt`` (ceil(sqrt L) layers a segment), ``every:K``, ``block:N`` (the first N
+    layers recomputed, each alone; Megatron-LM's recompute_num_layers) or ``selective``
+    (recompute the attention core only: Korthikanti et al. 2022).
 
     ``accumulate`` K: K micro-batches of ``batch`` per optimizer step; the gradients are
     accumulated (the kernels that write them read them too: beta = 1 in the weight-gradient

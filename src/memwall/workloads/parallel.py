@@ -17,8 +17,9 @@ so every pass (checkpointing, accumulation, fusion, liveness) runs on it unchang
   are column-parallel (heads / tp, d_ff / tp), the attention output and second MLP
   products row-parallel (their input width / tp), the vocabulary split (vocab / tp,
   rounded up), norms and residuals replicated. Two all-reduces of the block's activation
-  per layer forward, two backward, two more per layer when checkpointing re-runs the
-  forward; one for the vocabulary-parallel embedding.
+  per layer forward, two backward, two more per layer whose forward checkpointing re-runs
+  (every layer with every:K or sqrt, the first N with block:N); one for the
+  vocabulary-parallel embedding.
 * Pipeline parallelism: stage i holds layers [i s, (i+1) s), s = ceil(L / pp); the first
   holds the embedding, the last the head. Identical stages are one :class:`Stage`.
 * Expert parallelism: the ep devices of a group (drawn from the data-parallel replicas,
@@ -63,6 +64,7 @@ from typing import Any
 from ..errors import InputError
 from ..networks import Network
 from ..vocabulary import DTYPE_BYTES
+from .checkpoint import recomputed_layers
 from .config import TrainingConfig
 from .kernel import Ledger
 
@@ -366,17 +368,18 @@ def communication(network: Network, config: TrainingConfig, parallel: Parallel, 
     esz = config.elem_bytes
     act = tokens * network.d_model * esz
     training = config.training
-    # full recomputation re-runs each block's forward, and the forward's communication
-    full_recompute = training and config.checkpoint not in ("none", "selective")
+    # full recomputation re-runs a block's forward, and the forward's communication: every
+    # block of the stage (every:K, sqrt) or the first N (block:N)
+    again = recomputed_layers(stage.layers, config.checkpoint) if training else 0
     if tp > 1 and network.is_sequence:
         if parallel.sequence_parallel:
-            out.extend(_sequence_parallel(act, tp, stage, training, full_recompute))
+            out.extend(_sequence_parallel(act, tp, stage, training, again))
         else:
-            per_layer = (2 + (2 if training else 0) + (2 if full_recompute else 0))
-            out.append(Comm("tp: block activations", "all-reduce", tp, 1, act, per_layer * stage.layers + stage.embed,
-                            "micro", "critical"))
+            per_layer = 2 + (2 if training else 0)
+            out.append(Comm("tp: block activations", "all-reduce", tp, 1, act,
+                            per_layer * stage.layers + 2 * again + stage.embed, "micro", "critical"))
     if cp > 1 and network.is_sequence:
-        out.extend(_context_parallel(network, parallel, stage, tokens, esz, training, full_recompute))
+        out.extend(_context_parallel(network, parallel, stage, tokens, esz, training, again))
     if pp > 1:
         # Megatron's scatter/gather: each of the tp devices sends 1/tp of the activation; each of
         # the V chunks of a device sends forward (but the last chunk of the pipeline) and
@@ -444,16 +447,15 @@ def _zero3_shape(tensors: tuple[int, ...], layers: int, elements: int) -> tuple[
     return (-(-elements // layers),), 0
 
 
-def _sequence_parallel(act: int, tp: int, stage: Stage, training: bool, full_recompute: bool) -> list[Comm]:
+def _sequence_parallel(act: int, tp: int, stage: Stage, training: bool, again: int) -> list[Comm]:
     """Megatron's sequence parallelism: per layer, forward, an all-gather before each of the two
     column-parallel products and a reduce-scatter after each row-parallel one; backward, the
     mirror (a reduce-scatter for each gather, a gather for each reduce-scatter) and the
     re-gather of the two saved shards for the weight gradients; full recomputation repeats the
-    forward's. The embedding's all-reduce becomes a reduce-scatter (a gather backward); the
+    forward's for the ``again`` layers it re-runs. The embedding's all-reduce becomes a reduce-scatter (a gather backward); the
     head gathers the last norm's shards (reduce-scatters their gradient)."""
-    again = 2 if full_recompute else 0
-    gathers = stage.layers * (2 + (4 if training else 0) + again) + (stage.embed and training) + stage.head
-    scatters = stage.layers * (2 + (2 if training else 0) + again) + stage.embed + (stage.head and training)
+    gathers = stage.layers * (2 + (4 if training else 0)) + 2 * again + (stage.embed and training) + stage.head
+    scatters = stage.layers * (2 + (2 if training else 0)) + 2 * again + stage.embed + (stage.head and training)
     return [Comm("tp: sequence-parallel all-gathers", "all-gather", tp, 1, act, gathers, "micro", "critical"),
             Comm("tp: sequence-parallel reduce-scatters", "reduce-scatter", tp, 1, act, scatters, "micro",
                  "critical")]
@@ -474,17 +476,17 @@ def qkv_bytes_per_token(network: Network, tp: int, esz: int) -> int:
 
 
 def _context_parallel(network: Network, parallel: Parallel, stage: Stage, tokens: int, esz: int, training: bool,
-                      full_recompute: bool) -> list[Comm]:
+                      again: int) -> list[Comm]:
     """Context parallelism's transfers, group cp at stride tp. Ring: cp - 1 sends a layer of the
-    device's K, V block (``tokens`` tokens), forward (again when recomputed) and, backward, of
+    device's K, V block (``tokens`` tokens), forward (again for the ``again`` layers
+    recomputation re-runs) and, backward, of
     K, V with the partial dK, dV (twice the bytes); each hides behind one block's attention
     (overlap ``attention``). Ulysses: all-to-alls of Q, K, V and of the context forward, of
     the context's gradient and of dQ, dK, dV backward; the device waits for them."""
     cp, tp, layers = parallel.cp, parallel.tp, stage.layers
-    runs = 1 + (1 if full_recompute else 0)
     if parallel.cp_kind == "ring":
         block = tokens * kv_bytes_per_token(network, tp, esz)
-        out = [Comm("cp: ring K, V blocks forward", "p2p", cp, tp, block, (cp - 1) * layers * runs, "micro",
+        out = [Comm("cp: ring K, V blocks forward", "p2p", cp, tp, block, (cp - 1) * (layers + again), "micro",
                     "attention")]
         if training:
             out.append(Comm("cp: ring K, V and dK, dV blocks backward", "p2p", cp, tp, 2 * block,
@@ -492,10 +494,9 @@ def _context_parallel(network: Network, parallel: Parallel, stage: Stage, tokens
         return out
     qkv = tokens * qkv_bytes_per_token(network, tp, esz)
     ctx = tokens * network.heads // tp * network.v_dim() * esz
-    out = [Comm("cp: ulysses Q, K, V all-to-all", "all-to-all", cp, tp, qkv, layers * (runs + training), "micro",
-                "critical"),
-           Comm("cp: ulysses context all-to-all", "all-to-all", cp, tp, ctx, layers * (runs + training), "micro",
-                "critical")]
+    calls = layers * (1 + training) + again
+    out = [Comm("cp: ulysses Q, K, V all-to-all", "all-to-all", cp, tp, qkv, calls, "micro", "critical"),
+           Comm("cp: ulysses context all-to-all", "all-to-all", cp, tp, ctx, calls, "micro", "critical")]
     return out
 
 

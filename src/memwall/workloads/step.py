@@ -177,14 +177,24 @@ def declare(network: Network, config: TrainingConfig, *, embed: bool = True, hea
 
 
 def _collapse(network: Network, kernels: list[Kernel]) -> list[Kernel]:
-    """Keep the first layer of each group of identical layers, repeated the group's size."""
-    sizes = dict(network.layer_kinds())
-    firsts: dict[str, int] = {}
+    """Keep the first layer of each group of identical layers, repeated the group's size.
+
+    Layers of one kind differ only where checkpointing re-runs the forward of some and not
+    of others (block:N): those are two groups, each kept once."""
+    rerun = {k.layer for k in kernels if k.layer >= 0 and k.phase == "recompute"}
+
+    def variant(k: Kernel) -> tuple[str, bool]:
+        return k.group, k.layer in rerun
+
+    sizes: dict[tuple[str, bool], set[int]] = {}
+    firsts: dict[tuple[str, bool], int] = {}
     for k in kernels:
         if k.layer >= 0:
-            firsts.setdefault(k.group, k.layer)
-    return [k if k.layer < 0 else replace(k, repeat=k.repeat * sizes[k.group]) for k in kernels
-            if k.layer < 0 or k.layer == firsts[k.group]]
+            sizes.setdefault(variant(k), set()).add(k.layer)
+            firsts.setdefault(variant(k), k.layer)
+    assert sum(map(len, sizes.values())) == sum(n for _, n in network.layer_kinds())
+    return [k if k.layer < 0 else replace(k, repeat=k.repeat * len(sizes[variant(k)])) for k in kernels
+            if k.layer < 0 or k.layer == firsts[variant(k)]]
 
 
 def build_step(network: Network, config: TrainingConfig, *, expand_repeats: bool = False, embed: bool = True,
