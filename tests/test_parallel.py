@@ -166,6 +166,9 @@ def test_data_parallel_reduces_every_gradient_byte(gpt2) -> None:
                         ("all-gather", -(-step.ledger.weights // layers))]
     gather = communication(gpt2, cfg, Parallel(dp=4, zero=3), st, step.ledger, 128)[1]
     assert (gather.count, gather.per, gather.overlap) == (2 * layers, "micro", "prefetch")
+    # the sharding policy re-gathers only the layers whose forward checkpointing re-runs
+    assert {c.recomputed for c in communication(gpt2, replace(cfg, checkpoint="block:2"), Parallel(dp=4, zero=3),
+                                                st, step.ledger, 128)} == {2}
     assert gather.layers * sum(gather.tensors) + gather.extra == step.ledger.weights // gather.elem_bytes
 
 

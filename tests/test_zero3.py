@@ -65,6 +65,13 @@ def test_a_recomputed_forward_gathers_again_and_so_do_modules_past_the_reuse_dis
     assert _calls(bwd) == 2 + (layers - 1) * (3 + 2)
     assert sum(u.compute for u in fwd) == pytest.approx(1.0)
     assert sum(u.compute for u in bwd) == pytest.approx(3.0)
+    # block:N re-runs the first N layers only (the backward's last): the others gather once more
+    # unless kept, as without recomputation, and the recompute's second spread over the re-run one
+    args = (tensors, layers, 0, replace(policy, persist_below=0), _one, _one, 1.0, 3.0)
+    _, one = zero3_units(*args, recompute_seconds=1.0, first=False, recomputed=1)
+    assert _calls(one) == 0 + 3 + 3 + (3 + 2)
+    assert sum(u.compute for u in one) == pytest.approx(3.0)
+    assert zero3_units(*args, recompute_seconds=1.0, first=False, recomputed=layers) == (fwd, bwd)
 
 
 # ---- how far ahead, and what it hides behind --------------------------------------------

@@ -1095,7 +1095,7 @@ def zero3_replay(forward: Sequence[Unit], backward: Sequence[Unit], policy: Any)
 
 def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, gather: Any, reduce: Any,
                 forward_seconds: float, backward_seconds: float, *, recompute_seconds: float = 0.0,
-                first: bool = True) -> tuple[list[Unit], list[Unit]]:
+                first: bool = True, recomputed: int | None = None) -> tuple[list[Unit], list[Unit]]:
     """One micro-batch's units (forward, backward) of a stage of ``layers`` layers of
     ``tensors`` (elements, in the order a layer runs them) and ``extra`` other elements.
     ``policy.gather == 'parameter'``: each tensor of at least ``persist_below`` elements is a
@@ -1106,7 +1106,9 @@ def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, ga
     ``recompute_seconds`` among them), each layer: with per-parameter units and a
     recomputation, its units again in forward order (the recompute's kernels), then in
     reverse (the rest), each gathered again unless fewer than ``max_reuse`` elements ran since
-    its recompute (twice the modules after it); otherwise the units in reverse, once. A unit
+    its recompute (twice the modules after it); otherwise the units in reverse, once. Only
+    the first ``recomputed`` layers (None: all) are re-run (block:N), the recompute's
+    seconds shared among them. A unit
     kept since its forward (fewer than ``max_reuse`` elements since: the layers after it,
     both ways, and the other parameters) gathers nothing. Each layer's reduce-scatters (a call
     a tensor with ``reduce = 'parameter'``, one a layer otherwise) go with the last unit it
@@ -1143,19 +1145,22 @@ def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, ga
     # module's backward gathers again unless it is kept over the reuse distance; a unit
     # (FSDP's) runs its recompute inside its backward, on one gather
     redo = recompute_seconds if policy.gather == "parameter" and later else 0.0
+    rerun_layers = layers if recomputed is None else min(recomputed, layers)
     for position in range(layers):
         # kept when fewer than max_reuse elements run between its forward and its next use:
         # the layers after it (the backward's first ``position``), both ways, and the others
         kept = bool(policy.max_reuse) and 2 * position * layer_e + extra < policy.max_reuse
-        if redo:
-            bwd.extend(Unit(0 if kept else e, 0 if kept else n, 0.0 if kept else s, redo * e / pass_e)
+        # the backward meets the layers last first: the re-run ones (the first) come last
+        rerun = redo * layers / rerun_layers if redo and position >= layers - rerun_layers else 0.0
+        if rerun:
+            bwd.extend(Unit(0 if kept else e, 0 if kept else n, 0.0 if kept else s, rerun * e / pass_e)
                        for e, n, s in later)
         between = 0  # elements of the modules after this one: recomputed, then their backward
         for j, (e, n, s) in enumerate(back):
             share = layer_e if len(back) == 1 else e
             last = j == len(back) - 1
-            again = not redo or not policy.max_reuse or 2 * between >= policy.max_reuse
-            gathered = again and not (kept and not redo)
+            again = not rerun or not policy.max_reuse or 2 * between >= policy.max_reuse
+            gathered = again and not (kept and not rerun)
             bwd.append(Unit(e if gathered else 0, n if gathered else 0, s if gathered else 0.0,
                             (backward_seconds - redo) * share / pass_e, layer_e if last else 0,
                             r_calls if last else 0, r_layer if last else 0.0))
@@ -1212,8 +1217,8 @@ def _time_pair(ic: Any, gather: Any, scatter: Any, m: int, forward_seconds: floa
 
     args = (ref.tensors, max(1, ref.layers), ref.extra, policy, one("all-gather", w_esz),
             one("reduce-scatter", g_esz), forward_seconds, backward_seconds)
-    first = zero3_units(*args, recompute_seconds=recompute_seconds, first=True)
-    later = zero3_units(*args, recompute_seconds=recompute_seconds, first=False)
+    first = zero3_units(*args, recompute_seconds=recompute_seconds, first=True, recomputed=ref.recomputed)
+    later = zero3_units(*args, recompute_seconds=recompute_seconds, first=False, recomputed=ref.recomputed)
     exposed = zero3_replay(*first, policy)[0] + (m - 1) * (zero3_replay(*later, policy)[0] if m > 1 else 0.0)
     every = [u for u in first[0] + first[1]] + [u for _ in range(m - 1) for u in later[0] + later[1]]
     g = (sum(u.calls for u in every), sum(u.gather for u in every), sum(u.elements for u in every))

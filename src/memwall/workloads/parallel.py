@@ -352,6 +352,7 @@ class Comm:
     layers: int = 0
     extra: int = 0
     elem_bytes: int = 0
+    recomputed: int | None = None  # ZeRO-3: the layers whose forward is re-run (None: all of them)
 
 
 def _param_bytes(ledger: Ledger, cls: str) -> int:
@@ -411,7 +412,7 @@ def communication(network: Network, config: TrainingConfig, parallel: Parallel, 
             layers = max(1, stage.layers)
             tensors = dense if "experts" not in label else ()
             out.extend(_data_parallel(label, n, stride, g, w, parallel.zero, layers,
-                                      _zero3_shape(tensors, layers, w // esz), esz, g_esz))
+                                      _zero3_shape(tensors, layers, w // esz), esz, g_esz, again))
     return out
 
 
@@ -452,8 +453,9 @@ def _sequence_parallel(act: int, tp: int, stage: Stage, training: bool, again: i
     column-parallel products and a reduce-scatter after each row-parallel one; backward, the
     mirror (a reduce-scatter for each gather, a gather for each reduce-scatter) and the
     re-gather of the two saved shards for the weight gradients; full recomputation repeats the
-    forward's for the ``again`` layers it re-runs. The embedding's all-reduce becomes a reduce-scatter (a gather backward); the
-    head gathers the last norm's shards (reduce-scatters their gradient)."""
+    forward's for the ``again`` layers it re-runs. The embedding's all-reduce becomes a
+    reduce-scatter (a gather backward); the head gathers the last norm's shards
+    (reduce-scatters their gradient)."""
     gathers = stage.layers * (2 + (4 if training else 0)) + 2 * again + (stage.embed and training) + stage.head
     scatters = stage.layers * (2 + (2 if training else 0)) + 2 * again + stage.embed + (stage.head and training)
     return [Comm("tp: sequence-parallel all-gathers", "all-gather", tp, 1, act, gathers, "micro", "critical"),
@@ -479,8 +481,8 @@ def _context_parallel(network: Network, parallel: Parallel, stage: Stage, tokens
                       again: int) -> list[Comm]:
     """Context parallelism's transfers, group cp at stride tp. Ring: cp - 1 sends a layer of the
     device's K, V block (``tokens`` tokens), forward (again for the ``again`` layers
-    recomputation re-runs) and, backward, of
-    K, V with the partial dK, dV (twice the bytes); each hides behind one block's attention
+    recomputation re-runs) and, backward, of K, V with the partial dK, dV (twice the
+    bytes); each hides behind one block's attention
     (overlap ``attention``). Ulysses: all-to-alls of Q, K, V and of the context forward, of
     the context's gradient and of dQ, dK, dV backward; the device waits for them."""
     cp, tp, layers = parallel.cp, parallel.tp, stage.layers
@@ -502,7 +504,7 @@ def _context_parallel(network: Network, parallel: Parallel, stage: Stage, tokens
 
 def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, zero: int,
                    layers: int, shape: tuple[tuple[int, ...], int] = ((), 0), w_esz: int = 2,
-                   g_esz: int = 2) -> list[Comm]:
+                   g_esz: int = 2, recomputed: int | None = None) -> list[Comm]:
     """The gradient reduction and weight gathers of one data-parallel group (module docstring).
     ZeRO-3 gathers each layer's parameters before its forward and again before its backward
     and reduce-scatters its gradients every micro-batch (sharded gradients cannot be
@@ -513,9 +515,10 @@ def _data_parallel(label: str, n: int, stride: int, grads: int, weights: int, ze
     if zero == 3:
         tensors, extra = shape if shape[0] else ((-(-weights // w_esz // layers),), 0)
         return [Comm(f"{label}: zero-3 gradient reduce-scatter (each layer, backward)", "reduce-scatter", n, stride,
-                     -(-grads // layers), layers, "micro", "prefetch", tensors, layers, extra, g_esz),
+                     -(-grads // layers), layers, "micro", "prefetch", tensors, layers, extra, g_esz, recomputed),
                 Comm(f"{label}: zero-3 weights all-gather (each layer, forward and backward)", "all-gather", n,
-                     stride, -(-weights // layers), 2 * layers, "micro", "prefetch", tensors, layers, extra, w_esz)]
+                     stride, -(-weights // layers), 2 * layers, "micro", "prefetch", tensors, layers, extra, w_esz,
+                     recomputed)]
     out = [Comm(f"{label}: gradient {kind}", kind, n, stride, grads, 1, "step", "backward")]
     if zero in (1, 2):
         out.append(Comm(f"{label}: updated weights all-gather", "all-gather", n, stride, weights, 1, "step", "after"))
