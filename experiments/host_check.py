@@ -2,7 +2,7 @@
 memwall's prediction for the same steps on the host's detected profile.
 
     python experiments/host_check.py --out results/host          # a few minutes
-    python experiments/host_check.py --out /tmp/hc --quick       # seconds
+    python experiments/host_check.py --out hc --quick       # seconds
     python experiments/host_check.py --out results/host --profile host.toml   # reuse a profile
     python experiments/host_check.py --out results/host --blas-threads 1      # a shared host
 
