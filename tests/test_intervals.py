@@ -89,6 +89,16 @@ def test_validate_reports_the_interval_in_the_metric_and_its_coverage(tmp_path) 
     assert s["checks"] == 1 and s["covered"] == int(bool(r.in_interval)) and s["nominal"] == 0.8
 
 
+def test_a_tail_is_the_split_conformal_order_statistic() -> None:
+    """Of n sorted residuals the upper tail at p is the ⌈(n + 1) p⌉-th and the lower the
+    ⌊(n + 1) p⌋-th (clamped to 1..n): a new exchangeable residual lies at or inside each
+    with probability at least p, which the plain rank p (n - 1) is one place short of."""
+    xs = [float(i) for i in range(54, 0, -1)]  # 1..54, unsorted (the shipped gemm group's size)
+    assert (cal.quantile(xs, 0.1), cal.quantile(xs, 0.9)) == (5.0, 50.0)  # the plain ranks: 6 and 49
+    assert (cal.quantile(xs[:8], 0.1), cal.quantile(xs[:8], 0.9)) == (47.0, 54.0)  # 47..54: the ends
+    assert cal.quantile([5.0], 0.9) == cal.quantile([5.0], 0.1) == 5.0
+
+
 def test_calibration_reproduces_the_quantiles_of_a_synthetic_set(tmp_path) -> None:
     gemm = [0.5, 0.8, 1.0, 1.25, 1.6, 2.0, 2.5, 4.0, 1.1, 0.9]  # flops: predicted / measured
     decode = [1.3, 1.4, 1.5]  # too few for a group of its own: gpu/* then serves decode
@@ -99,11 +109,11 @@ def test_calibration_reproduces_the_quantiles_of_a_synthetic_set(tmp_path) -> No
     e = np.log(gemm)
     group = written.group_for("gpu", "gemm")
     assert group is not None and group.count == 10
-    assert group.low == pytest.approx(np.quantile(e, 0.1, method="lower"))
-    assert group.high == pytest.approx(np.quantile(e, 0.9, method="higher"))
+    # split-conformal ranks: n = 10, the ⌊11 x 0.1⌋ = 1st and ⌈11 x 0.9⌉ = 10th of the sorted residuals
+    assert (group.low, group.high) == (pytest.approx(min(e)), pytest.approx(max(e)))
     pooled = written.group_for("gpu", "decode")
     assert pooled is not None and (pooled.kind, pooled.regime, pooled.count) == ("gpu", "*", 13)
-    assert pooled.low == pytest.approx(np.quantile(np.log(gemm + decode), 0.1, method="lower"))
+    assert pooled.low == pytest.approx(np.log(0.5))
     assert written.coverage == 0.8 and written.command == "memwall validate --write-intervals"
     assert stats["point_checks"] == 13 and stats["in_sample_checks"] == 13
     # the file's in-sample figure is what its groups give

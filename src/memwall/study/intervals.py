@@ -52,14 +52,17 @@ def calibrating(results: Sequence[CaseResult]) -> list[CaseResult]:
 
 
 def quantile(values: Sequence[float], p: float) -> float:
-    """The p-quantile of ``values`` as an order statistic taken outward: sorted x_0..x_{n-1},
-    h = p (n - 1); x_⌊h⌋ for a lower tail (p < 1/2), x_⌈h⌉ for an upper one (numpy's
-    ``method="lower"`` and ``"higher"``). Outward, so a small group's interval is not
-    narrower than its own members say: interpolating between them held 75 % of the shipped
-    checks, not the nominal 80 %."""
+    """The p-quantile of ``values`` as split conformal prediction takes it: sorted
+    x_1..x_n, the k-th with k = ⌈(n + 1) p⌉ for an upper tail and ⌊(n + 1) p⌋ for a lower one
+    (clamped to 1..n). A new residual exchangeable with the n falls at or below the upper
+    one with probability at least p (above the lower one likewise), so an interval between
+    the two tails holds a new measurement at least the nominal share of the time; the plain
+    order statistic at p (n - 1) is one rank narrower and held 90 of 123 shipped checks
+    leave-one-out (73 %), below the nominal 80 %."""
     xs = sorted(values)
-    h = p * (len(xs) - 1)
-    return xs[math.floor(h) if p < 0.5 else math.ceil(h)]
+    n = len(xs)
+    k = math.ceil((n + 1) * p) if p >= 0.5 else math.floor((n + 1) * p)
+    return xs[min(max(k, 1), n) - 1]
 
 
 def calibrate(results: Sequence[CaseResult], *, coverage: float = COVERAGE, min_count: int = MIN_COUNT,
