@@ -72,6 +72,11 @@ def test_a_recomputed_forward_gathers_again_and_so_do_modules_past_the_reuse_dis
     assert _calls(one) == 0 + 3 + 3 + (3 + 2)
     assert sum(u.compute for u in one) == pytest.approx(3.0)
     assert zero3_units(*args, recompute_seconds=1.0, first=False, recomputed=layers) == (fwd, bwd)
+    # a recompute of no whole layer (selective: the attention core, no parameters) gathers
+    # nothing again, and its second is not lost
+    _, none = zero3_units(*args, recompute_seconds=1.0, first=False, recomputed=0)
+    _, plain = zero3_units(*args, recompute_seconds=0.0, first=False)
+    assert _calls(none) == _calls(plain) and sum(u.compute for u in none) == pytest.approx(3.0)
 
 
 # ---- how far ahead, and what it hides behind --------------------------------------------

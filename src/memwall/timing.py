@@ -1108,7 +1108,7 @@ def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, ga
     reverse (the rest), each gathered again unless fewer than ``max_reuse`` elements ran since
     its recompute (twice the modules after it); otherwise the units in reverse, once. Only
     the first ``recomputed`` layers (None: all) are re-run (block:N), the recompute's
-    seconds shared among them. A unit
+    seconds shared among them; with none (selective) they stay with the backward. A unit
     kept since its forward (fewer than ``max_reuse`` elements since: the layers after it,
     both ways, and the other parameters) gathers nothing. Each layer's reduce-scatters (a call
     a tensor with ``reduce = 'parameter'``, one a layer otherwise) go with the last unit it
@@ -1144,8 +1144,10 @@ def zero3_units(tensors: Sequence[int], layers: int, extra: int, policy: Any, ga
     # with per-parameter units a recomputed forward is its own pass of gathers, then each
     # module's backward gathers again unless it is kept over the reuse distance; a unit
     # (FSDP's) runs its recompute inside its backward, on one gather
-    redo = recompute_seconds if policy.gather == "parameter" and later else 0.0
+    # (a recompute that re-runs no layer in full, selective's attention core, reads no
+    # parameter: its seconds stay with the backward's, gathering nothing again)
     rerun_layers = layers if recomputed is None else min(recomputed, layers)
+    redo = recompute_seconds if policy.gather == "parameter" and later and rerun_layers else 0.0
     for position in range(layers):
         # kept when fewer than max_reuse elements run between its forward and its next use:
         # the layers after it (the backward's first ``position``), both ways, and the others
