@@ -113,6 +113,8 @@ def group_format(weights: str | None, group: int | None = None, zero: str | None
         return None
     default, scale_bytes = WEIGHT_GROUP_SCALES[weights]
     return group or default, 8 * scale_bytes + WEIGHT_ZEROS[zero or "none"]
+
+
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4")
 # The types a single product may write its result in (cuBLASLt's D type): an fp8 product
 # commonly writes bf16 or fp16, and a 16-bit one may write fp32.
@@ -123,6 +125,7 @@ def product_out_dtype(dtype: str, out_dtype: str | None = None) -> str:
     """The type a single product writes C in: ``out_dtype`` where given, else its dtype's own
     (bf16 for a block-scaled format, whose elements have no type of their own to write)."""
     return out_dtype or ("bf16" if dtype in BLOCK_FORMATS else dtype)
+
 
 # Activation checkpointing: none, sqrt (ceil(sqrt L) layers a segment), every:K (K layers
 # a segment), block:N (the first N layers each its own segment, the rest stored: Megatron's
