@@ -4,6 +4,7 @@ energy figures are refused naming the field."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,41 @@ def test_the_h200s_figures_reproduce_its_measured_roofline_sweep() -> None:
         priced = h200.energy.static + gbs * 1e9 * per_byte + gflops * 1e9 * h200.energy.vector["fp64"]
         assert priced == pytest.approx(watts, rel=0.03), watts
     assert h200.provenance["energy.vector.fp64"].status == "measured"
+
+
+@pytest.mark.parametrize(("machine", "dims"), [("h200", "2048,2048,13312"), ("b200", "1792,16128,3072")])
+def test_the_tensor_cores_figure_holds_the_rating_at_the_power_saturated_rate(machine: str, dims: str) -> None:
+    """Bekman's MSMF is the product rate at the power-saturated clock, so the board draws its
+    rated power there. The MAMF search's best shape, priced by the profile (static power, its
+    data movement, its FLOPs at [energy] bf16) at the MSMF rate, draws the rating."""
+    m = load_machine(machine)
+    shape = tuple(int(x) for x in dims.split(","))
+    r = run(m, gemm=shape, dtype="bf16")
+    flops = 2 * math.prod(shape)
+    e = r["energy"]["joules_by_component"]
+    moving = sum(v for k, v in e.items() if not k.startswith("arithmetic") and k not in ("static", "host"))
+    seconds = flops / m.sustained_flops["bf16"]
+    watts = m.energy.static + (moving + flops * m.energy.matrix["bf16"]) / seconds
+    assert watts == pytest.approx(m.energy.tdp, rel=0.002)
+    assert m.provenance["energy.bf16"].status == "measured"
+    # the burst ceiling is above the rating: why the sustained rate is lower
+    burst = m.energy.static + (moving + flops * m.energy.matrix["bf16"]) * m.achievable_flops["bf16"] / flops
+    assert burst > m.energy.tdp
+
+
+def test_a_matrix_unit_is_held_to_the_rating_at_its_measured_ceiling_and_to_twice_it_at_a_bare_peak() -> None:
+    from memwall.plausibility import plausibility
+    from memwall.schema import Problems
+
+    h100 = load_machine("h100-sxm")
+    quiet = Problems("t")
+    plausibility(h100, quiet)  # bf16 at its peak draws above 700 W; at its measured ceilings it does not
+    assert h100.peak_flops["bf16"] * h100.energy.matrix["bf16"] + h100.energy.static > h100.energy.tdp
+    assert not quiet.warnings
+    over = Problems("t")
+    plausibility(load_machine_file(GOOD, sets={**SCALAR_ENERGY, "energy.fp32": "0.15 mJ/FLOP"}), over)
+    assert not over.warnings  # 1 MFLOP/s x 0.15 mJ = 150 W + 10 W static: above the 100 W rating, within twice it
+    slipped = Problems("t")
+    plausibility(load_machine_file(GOOD, sets={**SCALAR_ENERGY, "energy.fp32": "0.2 mJ/FLOP"}), slipped)
+    assert [w.field for w in slipped.warnings] == ["energy.fp32"]
+    assert "2x the rated 100 W" in slipped.warnings[0].reason
