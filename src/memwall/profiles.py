@@ -616,6 +616,10 @@ class Machine:
     # the run keeps the device at its power limit (a training step: memwall.simulation.case),
     # so its products meet [compute.sustained] as well (memwall.timing.arithmetic_rate)
     power_saturated: bool = False
+    # the share of their burst rates the SMs run at where a power-saturated step would draw
+    # more than the rating at them (memwall.simulation.power.power_held): the clock the
+    # power limit allows; 1.0 below the limit
+    power_scale: float = 1.0
     interconnect: Interconnect | None = None  # [interconnect]; None: one device only
     energy: EnergySpec | None = None  # [energy]; None: the results' energy is null
     # a --set what-if: {"set": FIELD -> VALUE as given, "moved": every figure it changed}

@@ -40,6 +40,7 @@ WAVE_KINDS = ("gpu", "tpu")
 # The components a kernel's or a step's time is made of, besides the memory levels; a
 # multi-device step adds the exposed communication and the pipeline bubble.
 COMPUTE, DISPATCH, STARTUP, FRAMEWORK = "compute", "dispatch", "startup", "framework"
+POWER = "power"  # a binding class only: the rated power holds the clock (memwall.simulation.power)
 INTERCONNECT, BUBBLE = "interconnect", "bubble"
 NAMED_COMPONENTS = (COMPUTE, DISPATCH, FRAMEWORK, STARTUP, INTERCONNECT, BUBBLE)
 DTYPE_FALLBACK = {
@@ -232,7 +233,14 @@ def arithmetic_rate(machine: Machine, dtype: str, op: str, *, achievable: bool =
     training step) at its power-saturated ceiling ([compute.sustained]) where that is lower
     still; the rest at the vector units' rate ([compute.vector], by the dtype's fallback
     order) where the profile states one, else at fp32 where the machine states it, since
-    tensor cores and MXUs do only products."""
+    tensor cores and MXUs do only products. Each at ``power_scale`` of that where the
+    power limit holds the clock down (:func:`memwall.simulation.power.power_held`); the
+    datasheet peak (``achievable`` False), which utilisation is quoted against, is not."""
+    rate = _burst_rate(machine, dtype, op, achievable=achievable)
+    return rate * machine.power_scale if achievable else rate
+
+
+def _burst_rate(machine: Machine, dtype: str, op: str, *, achievable: bool) -> float:
     if op not in MATRIX_OPS and machine.vector_flops:
         for d in DTYPE_FALLBACK.get(dtype, (dtype,)):
             rate = machine.vector_flops.get(d)

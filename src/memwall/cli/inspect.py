@@ -308,6 +308,11 @@ def render(result: dict) -> str:
                      + f", {per}; KV cache "
                      f"{format_bytes(ledger.get('kv_cache', 0))}, at most batch {sv['max_batch_that_fits']} fits")
     lines.append(_energy_line(result))
+    if result.get("power_scale", 1.0) < 1.0:
+        e = result.get("energy") or {}
+        lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the step would draw "
+                     f"more, so the arithmetic runs at {result['power_scale']:.3g} of them (the clock the limit "
+                     f"allows; docs/timing.md)")
     lines.append(f"verdict: {result['verdict']}")
     return printable("\n".join(lines))  # names from files and the command line reach a terminal
 

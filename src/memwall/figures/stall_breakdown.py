@@ -47,7 +47,7 @@ Row = Mapping[str, Any]
 STARTUP_COLOUR = "#8ec5e6"
 # Each bound class's colour in the label beside a bar (the share's colour where it has one).
 CLASS_COLOURS = {"compute": COMPUTE_COLOUR, "memory": STALL_COLOURS[0], "dispatch": OVERHEAD_COLOUR,
-                 "startup": "#3a8fbf", "interconnect": "#937860", "mixed": "#555555"}
+                 "startup": "#3a8fbf", "interconnect": "#937860", "power": "#c44e52", "mixed": "#555555"}
 
 
 def one_network(rows: Sequence[Row]) -> tuple[str | None, list[Row]]:

@@ -16,11 +16,13 @@ from typing import Any
 
 from ..options import Case
 from ..profiles import Machine, load_machine
+from ..timing import StepTiming
 from ..vocabulary import GENERATE, TRAIN
 from .devices import run_parallel
 from .generate import run_generate
 from .intervals import with_interval
 from .plan import Prepared, check_cost, plan_replay
+from .power import dynamic_joules_of, held_seconds, power_held
 from .replay import ReplayCache, _ticker, replay_key, replay_step
 from .result import Result, build_result
 from .step import build_case_step
@@ -91,10 +93,13 @@ def _run(case: Case, *, machine: Machine | None, exact: bool, max_lookups: int |
             replays.put(key, counters)
     k = step.config.accumulate
 
-    def retime(other: Machine) -> float:  # the same counts on a machine with other timing figures
-        return accumulated(simulate_step(other, step, plan=plan, dispatch=case.dispatch, counters=counters,
-                                           **stack_of(case, other)), k).seconds
+    def timed(on: Machine) -> StepTiming:  # the same counts on a machine with other timing figures
+        return accumulated(simulate_step(on, step, plan=plan, dispatch=case.dispatch, counters=counters,
+                                         **stack_of(case, on)), k)
 
-    timing = accumulated(simulate_step(machine, step, plan=plan, dispatch=case.dispatch, counters=counters,
-                                         **stack_of(case, machine)), k)
+    timing = timed(machine)
+    held = power_held(machine, lambda on: timed(on).seconds, dynamic_joules_of(timing))
+    if held is not machine:
+        timing = timed(held)
+    retime = held_seconds(lambda on: timed(on).seconds, lambda on: dynamic_joules_of(replace(timing, machine=on)))
     return build_result(case, step, timing, fallback, retime)

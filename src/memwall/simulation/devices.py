@@ -19,6 +19,7 @@ from ..profiles import Machine
 from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
 from .plan import check_cost, plan_stages
+from .power import dynamic_joules_of, held_seconds, power_held
 from .replay import _ticker, replay_by_shape, replay_plans
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
@@ -97,10 +98,17 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         return [time_stage(on.interconnect, sharded_update(t, share), comm, k)
                 for t, comm in zip(device_steps_on(on), comms, strict=True)]
 
-    def retime(on: Machine) -> float:
+    def seconds_on(on: Machine) -> float:
         return time_pipeline(stages(on), par.pp, k, par.interleave)[1].seconds
 
-    times = stages(machine)
+    def joules_on(on: Machine) -> float:  # the busiest device sets the clock: a synchronous step waits for it
+        return max(dynamic_joules_of(replace(t.timing, machine=on), t.comms) for t in burst)
+
+    times = burst = stages(machine)
+    held = power_held(machine, seconds_on, joules_on(machine))
+    if held is not machine:
+        times = stages(held)
+    retime = held_seconds(seconds_on, joules_on)
     b, device = time_pipeline(times, par.pp, k, par.interleave)
     step = steps[b][1]
     groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device,

@@ -273,6 +273,7 @@ def _rates(parts: Sequence[tuple[float, Any]], seconds: float, examples: int, to
            "tokens_per_second": tokens / seconds if seconds > 0 else 0.0}
     return Rates(flops=_sum(parts, lambda r: r["flops"]), fraction_of_peak=achieved / last.peak_flops,
                  achieved_flops=achieved, peak_flops=last.peak_flops, achievable_flops=last.achievable_flops,
+                 power_scale=last.power_scale,
                  cups=0.0, cps=0.0, model_flops=_sum(parts, lambda r: r["model_flops"]), mfu=rate("mfu"),
                  hfu=rate("hfu"), micro_batch=per,
                  optimizer_step={**per, "optimizer_seconds": 0.0, "optimizer_share": 0.0})

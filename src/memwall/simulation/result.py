@@ -80,7 +80,9 @@ class Rates:
     achieved_flops: float
     peak_flops: float
     achievable_flops: float  # the products' ceiling, their time's rate: [compute.achievable], and in a
-    #                          training step [compute.sustained] where lower (docs/timing.md)
+    #                          training step [compute.sustained] where lower, x power_scale (docs/timing.md)
+    power_scale: float  # the share of their burst rates the arithmetic ran at: below 1 where the step
+    #                     would draw more than the rated power at them (memwall.simulation.power)
     cups: float
     cps: float
     model_flops: float  # no recomputation
@@ -270,6 +272,7 @@ def _rates(step: Step, timing: StepTiming, dtype: str | None) -> Rates:
     return Rates(
         flops=timing.flops, fraction_of_peak=achieved / timing.peak, achieved_flops=achieved,
         peak_flops=timing.peak, achievable_flops=arithmetic_rate(machine, dtype, "gemm"),
+        power_scale=machine.power_scale,
         cups=rate(per_example_work, seconds) if timing.phase == "train" else 0.0,
         cps=rate(per_example_work, seconds) if timing.phase == "forward" else 0.0,
         model_flops=model_flops, mfu=rate(model_flops, seconds) / timing.peak,

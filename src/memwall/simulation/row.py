@@ -65,7 +65,9 @@ ROW: tuple[Column, ...] = (
     Column("overhead_fraction", "number", "", "overhead", "overhead cycles / total"),
     Column("dispatch", "text", "", "dispatch", "eager, graph or compiled"),
     Column("bound_class", "text", "", "bound class", "what binds: compute, memory, dispatch, framework, startup, interconnect, "
-           "or mixed where that contradicts memory_ratio"),
+           "power, or mixed where that contradicts memory_ratio"),
+    Column("power_scale", "number", "", "power scale", "the share of their burst rates the arithmetic ran at: below 1 "
+           "where a training step would draw more than the rated power at them (docs/timing.md)"),
     Column("memory_ratio", "number", "", "mem/arith", "memory time / arithmetic time (1 is the flip)"),
     Column("dispatch_fraction", "number", "", "dispatch share", "dispatch time / step time"),
     Column("framework", "text", "", "framework", "the framework or runtime the step ran with (hand-written: the "
@@ -213,6 +215,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "dtype": result["dtype"],
         "dispatch": result["dispatch"]["mode"] or case.dispatch,
         "bound_class": result["bound_class"],
+        "power_scale": float(result["power_scale"]),
         "memory_ratio": None if result["memory_ratio"] is None else float(result["memory_ratio"]),
         "dispatch_fraction": _share(result["time_by_component"].get("dispatch", 0.0), float(result["seconds"])),
         "framework": (result["dispatch"].get("framework") or {}).get("id", case.framework),

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..interconnect import Link
 from ..profiles import Machine, with_memory_bandwidth
-from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, STARTUP
+from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, POWER, STARTUP
 
 MEMORY, MIXED = "memory", "mixed"
 Retime = Callable[[Machine], float]  # the step's seconds, its counts timed on another machine
@@ -42,6 +42,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), c) for
     (r"timing\.dispatch\.[^.]+\.(host_issue|device_gap|step_issue)", DISPATCH),
     (r"timing\.(startup|strip_loop)", STARTUP),
     (r"interconnect\.(node|cluster)\.(bandwidth|latency)", INTERCONNECT),
+    (r"energy\.(tdp|static)", POWER),
     (r"clock", "scale"),
 ))
 
@@ -62,7 +63,9 @@ def figure_class(path: str) -> str | None:
 
 def timing_figures(machine: Machine, dispatch: str | None = None, links: bool = True) -> list[str]:
     """The ``--set`` paths of the machine's timing figures that it states (a positive
-    number), in a fixed order: clock, arithmetic, memory, dispatch, start-up, links.
+    number), in a fixed order: clock, arithmetic, memory, dispatch, start-up, links, and the
+    rated and idle power where the step is held at its power limit (memwall.simulation.power;
+    a step below it waits on neither).
     ``dispatch`` (a mode) keeps only the figures of the mode the step is issued in;
     ``links`` False leaves out the interconnect (a step on one device never uses it)."""
     paths = ["clock"]
@@ -80,6 +83,8 @@ def timing_figures(machine: Machine, dispatch: str | None = None, links: bool = 
                   for key in ("host_issue", "device_gap", "step_issue")]
     if machine.interconnect is not None and links:
         paths += [f"interconnect.{link}.{key}" for link in ("node", "cluster") for key in ("bandwidth", "latency")]
+    if machine.power_scale < 1 and machine.energy is not None:  # the rating holds the clock (simulation.power)
+        paths += ["energy.tdp", "energy.static"]
     return [p for p in paths if figure_class(p) is not None and _value(machine, p) is not None]
 
 
@@ -140,6 +145,8 @@ def _changed(machine: Machine, path: str, change: Callable[[Any], Any]) -> Machi
         return replace(machine, dispatch=replace(spec, modes=modes))
     if head == "timing":
         return replace(machine, timing=replace(machine.timing, params=_with(machine.timing.params, rest, change)))
+    if head == "energy" and machine.energy is not None and rest in ("tdp", "static"):
+        return replace(machine, energy=replace(machine.energy, **{rest: change(getattr(machine.energy, rest))}))
     if head == "interconnect":
         ic = machine.interconnect
         name, _, key = rest.partition(".")

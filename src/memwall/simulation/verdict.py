@@ -1,14 +1,14 @@
 """The verdict: one line naming what binds a step, in its own phrase, with the numbers that say so.
 
 Owns: the phrase each binding class gets (compute, memory, dispatch, framework, start-up,
-interconnect, mixed; :mod:`memwall.simulation.sensitivity` decides the class), and how
+interconnect, power, mixed; :mod:`memwall.simulation.sensitivity` decides the class), and how
 memory compares with arithmetic beside it. A verdict starts ``arithmetic-bound`` only
 when the class is compute, and ``mixed:`` where the class and ``memory_ratio`` disagree.
 """
 
 from __future__ import annotations
 
-from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, STARTUP, StepTiming
+from ..timing import COMPUTE, DISPATCH, FRAMEWORK, INTERCONNECT, POWER, STARTUP, StepTiming
 from ..units import format_time
 from .sensitivity import MEMORY, MIXED, Binding
 
@@ -51,6 +51,9 @@ def verdict(timing: StepTiming, binding: Binding, elasticities: dict[str, float]
                 f"({d.mode}; {memory})")
     if cls == STARTUP:
         return f"startup-bound ({figure}): vector start-up is {parts[STARTUP] / seconds:.0%} of the step ({memory})"
+    if cls == POWER and timing.machine.energy is not None:
+        return (f"power-bound ({figure}): held at the rated {timing.machine.energy.tdp:.4g} W, the arithmetic runs "
+                f"at {timing.machine.power_scale:.3g} of its burst rates ({memory})")
     if cls == INTERCONNECT:
         return (f"interconnect-bound ({figure}): the device waits on its links for "
                 f"{parts[INTERCONNECT] / seconds:.0%} of the step ({memory})")

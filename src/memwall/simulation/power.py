@@ -1,0 +1,106 @@
+"""The power limit: the clock a step that would draw more than its device's rating runs at.
+
+Owns :func:`power_held` (the machine a power-held step is timed on), :func:`held_seconds`
+(a step's seconds under the limit on any machine, for the sensitivity) and what the limit
+weighs (:func:`dynamic_joules_of`). A run that keeps a device busy for longer than its
+power controller's window (a training step: ``Machine.power_saturated``) cannot average
+more than the rated power: where it would at the burst rates, the controller lowers the
+SM clock until it does not. Every operation costs the energy its profile states whatever
+the clock ([energy]; the tensor cores' figure is the one measured at the power-saturated
+clock), so the step's dynamic joules ``J`` are fixed by its counts, and a device of rated
+power ``P_tdp`` and idle ``P_static`` needs at least ``J / (P_tdp - P_static)`` seconds.
+The arithmetic (matrix and vector units) slows by one factor ``s`` until the step takes
+that long; main memory, the caches and the links keep their rates (docs/timing.md, "The
+power limit").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..energy import HOST, device_joules
+from ..profiles import Machine
+
+if TYPE_CHECKING:
+    from ..timing import CommTiming, StepTiming
+
+# The scale is found to this relative error of the step's seconds: far below any figure's.
+TOLERANCE = 1e-12
+ITERATIONS = 200
+# The slowest clock tried: a step still faster than the limit allows at this share of its
+# burst rates is not one its arithmetic paces (its time is in cycles, or it has none), and
+# no clock the controller picks holds it.
+SLOWEST = 1e-3
+
+
+def power_seconds(machine: Machine, joules: float) -> float:
+    """The least seconds a power-saturated step of ``joules`` dynamic joules (one device's)
+    can take on ``machine``: joules / (tdp - static); 0 where the limit does not apply."""
+    spec = machine.energy
+    if not machine.power_saturated or spec is None or joules <= 0 or spec.tdp <= spec.static:
+        return 0.0
+    return joules / (spec.tdp - spec.static)
+
+
+def power_held(machine: Machine, seconds_on: Callable[[Machine], float], joules: float) -> Machine:
+    """``machine``, or ``machine`` with ``power_scale`` s < 1 where a power-saturated step
+    of ``joules`` dynamic joules (one device's, the busiest device's on several) would
+    average more than the rating over ``seconds_on(machine)``: s is the one at which the
+    step takes :func:`power_seconds`."""
+    need = power_seconds(machine, joules)
+    if seconds_on(machine) >= need or seconds_on(replace(machine, power_scale=SLOWEST)) < need:
+        return machine
+    # The arithmetic's time goes as 1/s and the rest does not: T(s) = A/s + R, piecewise
+    # (a kernel's bound may change on the way). s <- s T(s) / need moves s by the step's own
+    # shortfall, a contraction (slope R / need < 1) where T has that form; the bracket
+    # [lo, hi] (T(lo) >= need > T(hi)) keeps the search safe where it has not.
+    lo, hi = SLOWEST, 1.0
+    s = max(lo, min(hi, seconds_on(machine) / need))
+    for _ in range(ITERATIONS):
+        t = seconds_on(replace(machine, power_scale=s))
+        if abs(t / need - 1) <= TOLERANCE:
+            break
+        if t < need:
+            hi = s
+        else:
+            lo = s
+        guess = s * t / need
+        s = guess if lo < guess < hi else (lo + hi) / 2
+    return replace(machine, power_scale=s)
+
+
+def held_seconds(seconds_on: Callable[[Machine], float],
+                 joules_on: Callable[[Machine], float]) -> Callable[[Machine], float]:
+    """A step's seconds on any machine with the power limit applied, as :func:`power_held`
+    times it: the seconds at the burst rates, or :func:`power_seconds` where that is longer
+    and the arithmetic can be slowed to it. For the sensitivity, whose machines move one
+    figure of the power-held one: their own limit is found again, not the held clock kept."""
+    joules: dict[tuple, float] = {}
+
+    def priced(on: Machine) -> float:
+        # the joules move only with the energy figures: the sensitivity's retimes of a rate
+        # or a latency price the same counts at the same figures
+        ic, e = on.interconnect, on.energy
+        key = (None if e is None else (tuple(e.matrix.items()), tuple(e.vector.items()), e.fabric),
+               on.memory.energy, tuple(lv.energy for lv in on.levels),
+               None if ic is None else tuple(getattr(getattr(ic, n, None), "energy", None) for n in ("node", "cluster")))
+        if key not in joules:
+            joules[key] = joules_on(on)
+        return joules[key]
+
+    def seconds(on: Machine) -> float:
+        burst = replace(on, power_scale=1.0) if on.power_scale != 1.0 else on
+        t = seconds_on(burst)
+        need = power_seconds(burst, priced(burst))
+        if t >= need or seconds_on(replace(burst, power_scale=SLOWEST)) < need:
+            return t
+        return need
+    return seconds
+
+
+def dynamic_joules_of(timing: StepTiming, comms: Sequence[CommTiming] = ()) -> float:
+    """One device's dynamic joules over its step, the host's issue excepted (the host's CPUs
+    are not held to the device's rating): what the power limit weighs."""
+    return sum(v for k, v in device_joules(timing, comms).items() if k != HOST)
