@@ -49,15 +49,15 @@ def power_held(machine: Machine, seconds_on: Callable[[Machine], float], joules:
     of ``joules`` dynamic joules (one device's, the busiest device's on several) would
     average more than the rating over ``seconds_on(machine)``: s is the one at which the
     step takes :func:`power_seconds`."""
-    need = power_seconds(machine, joules)
-    if seconds_on(machine) >= need or seconds_on(replace(machine, power_scale=SLOWEST)) < need:
+    need, burst = power_seconds(machine, joules), seconds_on(machine)
+    if not _holdable(machine, seconds_on, burst, need):
         return machine
     # The arithmetic's time goes as 1/s and the rest does not: T(s) = A/s + R, piecewise
     # (a kernel's bound may change on the way). s <- s T(s) / need moves s by the step's own
     # shortfall, a contraction (slope R / need < 1) where T has that form; the bracket
     # [lo, hi] (T(lo) >= need > T(hi)) keeps the search safe where it has not.
     lo, hi = SLOWEST, 1.0
-    s = max(lo, min(hi, seconds_on(machine) / need))
+    s = max(lo, min(hi, burst / need))
     for _ in range(ITERATIONS):
         t = seconds_on(replace(machine, power_scale=s))
         if abs(t / need - 1) <= TOLERANCE:
@@ -94,10 +94,14 @@ def held_seconds(seconds_on: Callable[[Machine], float],
         burst = replace(on, power_scale=1.0) if on.power_scale != 1.0 else on
         t = seconds_on(burst)
         need = power_seconds(burst, priced(burst))
-        if t >= need or seconds_on(replace(burst, power_scale=SLOWEST)) < need:
-            return t
-        return need
+        return need if _holdable(burst, seconds_on, t, need) else t
     return seconds
+
+
+def _holdable(machine: Machine, seconds_on: Callable[[Machine], float], burst: float, need: float) -> bool:
+    """The step at the burst rates (``burst`` seconds) is faster than the limit allows
+    (``need``), and slowing its arithmetic can make it that slow."""
+    return burst < need and seconds_on(replace(machine, power_scale=SLOWEST)) >= need
 
 
 def dynamic_joules_of(timing: StepTiming, comms: Sequence[CommTiming] = ()) -> float:
