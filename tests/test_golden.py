@@ -1,8 +1,9 @@
 """The README's first-look commands print, bit for bit, what they printed when their goldens were taken.
 
 The goldens (tests/golden/inspect_N.json, the commands in inspect_commands.txt) were
-taken at 485d125, before the upper floors were split; a change of the model's numbers
-regenerates them in the same commit and names the difference in its message.
+taken at 485d125, before the upper floors were split (the seventh, a training step held at
+its power limit, when that limit was built); a change of the model's numbers regenerates
+them in the same commit and names the difference in its message.
 """
 
 from __future__ import annotations
