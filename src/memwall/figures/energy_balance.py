@@ -36,7 +36,8 @@ CAPTION = ("From the machine profiles alone (no simulation): the energy of one F
            "zero; a machine whose profile states its dynamic energy as zero (all of it static power) is drawn "
            "only at its rated power ÷ peak. The paragraph below counts both and the figures' sources: nearly "
            "all are estimates (scaled from Horowitz's 45 nm table, O'Connor's DRAM per-bit energies, data "
-           "sheets' power), not measurements.")
+           "sheets' power, or carried from a sibling part's measurement), not measurements; the H200's and "
+           "B200's tensor-core figures are derived from their measured power-saturated product rates.")
 TABLES = ("machines", "lacking")
 NEEDS = "machine profiles with [energy] figures"
 OPT_IN = False
