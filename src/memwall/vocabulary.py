@@ -165,3 +165,39 @@ def check_word(value: object, allowed: tuple[str, ...], field: str) -> str:
     if isinstance(value, str) and value in allowed:
         return value
     raise InputError(f"must be one of {', '.join(allowed)}, got {value!r}", field=field)
+
+
+# What a published measurement's value measures (era_data/measurements, memwall.study.measurements),
+# declared here, below the model, so that a figure can name the metrics without loading it.
+METRICS: dict[str, str] = {
+    "cups": "connection updates per second (training: forward, backward and weight update)",
+    "cps": "connections per second (forward pass only)",
+    "flops": "achieved arithmetic rate, FLOP/s",
+    "seconds": "seconds per step (a training step, a forward pass or one GEMM; generate: the whole request, "
+               "ttft + (output - 1) x tpot; a time to first token is a prefill's seconds)",
+    "samples_per_second": "examples (or sequences) per second, per device (all devices' / the device count)",
+    "tokens_per_second": "decode: tokens generated per second, all sequences together (batch / seconds per step); "
+                         "prefill: prompt tokens per second; generate: output tokens of every request over the "
+                         "request's seconds, all devices; train or forward: tokens per second per device "
+                         "(all devices' / the device count)",
+    "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time); generate: "
+                         "the mean decode step (tpot)",
+    "joules": "energy of one step, every device (a training step, a forward pass, one decode step of the whole "
+              "batch, a prefill; generate: the whole request, prefill and decode steps)",
+    "watts": "average power per device over the step",
+    "tokens_per_joule": "tokens of one step per joule, every device's (decode: output tokens; prefill: prompt "
+                        "tokens; generate: the requests' output tokens; training: tokens trained)",
+}
+# The unit a value written as a string must carry, per metric (with a decimal prefix).
+METRIC_UNITS: dict[str, tuple[str, ...]] = {
+    "cups": ("CUPS",),
+    "cps": ("CPS",),
+    "flops": ("FLOP/s", "FLOPS"),
+    "seconds": ("s",),
+    "samples_per_second": ("samples/s",),
+    "tokens_per_second": ("tokens/s",),
+    "seconds_per_token": ("s",),
+    "joules": ("J",),
+    "watts": ("W",),
+    "tokens_per_joule": ("tokens/J",),
+}

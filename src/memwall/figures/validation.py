@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..vocabulary import METRIC_UNITS, METRICS
 from ._style import _plt, axis, custom, e, empty_spec, hover, spec
 
 NUMBER = 7
@@ -24,8 +25,10 @@ NEEDS = "published measurements (era_data/measurements) that memwall predicts"
 OPT_IN = False
 
 BAND = 2.0
-MARKERS = {"flops": "o", "cups": "s", "cps": "D", "seconds": "v", "samples_per_second": "P"}
-UNITS = {"flops": "FLOP/s", "cups": "CUPS", "cps": "CPS", "seconds": "s", "samples_per_second": "samples/s"}
+# One marker for each metric the measurement files declare (vocabulary.METRICS), in
+# its order; "^" and "v" are kept for the bound checks, which point the way the bound holds.
+MARKERS = dict(zip(METRICS, ("s", "D", "o", "X", "P", "p", "h", "*", "<", ">"), strict=True))
+UNITS = {metric: units[0] for metric, units in METRIC_UNITS.items()}
 ERA_COLOURS = ("#b2182b", "#ef8a62", "#2166ac")
 UNKNOWN = "year unknown"
 
@@ -73,7 +76,8 @@ def draw(data: Mapping[str, Any]):
         label = None
         if label_key not in seen:
             seen.add(label_key)
-            label = f"{era} - {UNITS.get(metric, metric) if point else r['check']}"
+            said = f"{metric.replace('_', ' ')} ({UNITS[metric]})" if metric in UNITS else metric
+            label = f"{era} - {said if point else r['check']}"
         if r.get("interval"):  # the prediction's interval, drawn under its point
             below, above = _bars([r])
             ax.errorbar(r["measured"], r["predicted"], yerr=[below, above], fmt="none", ecolor=colours.get(era, "0.5"),
@@ -85,7 +89,8 @@ def draw(data: Mapping[str, Any]):
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured (the metric's unit: FLOP/s, CUPS, CPS, s, samples/s)")
+    shown = dict.fromkeys(UNITS.get(r["metric"], r["metric"]) for r in rows)
+    ax.set_xlabel(f"measured (the metric's unit: {', '.join(shown) or 'none'})")
     ax.set_ylabel("predicted by memwall (same unit)")
     ax.set_title("memwall against published measurements")
     ax.legend(fontsize=7, loc="upper left", frameon=False)

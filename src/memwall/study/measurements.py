@@ -3,7 +3,9 @@
 Owns: :class:`Measurement` (one measured speed: the machine, the workload, the metric, the
 value, where it was published and how far to trust it), :func:`load_measurement_file` and
 :func:`load_measurements` (a folder of ``*.toml`` files, or the shipped set), and the
-vocabularies they check against (``METRICS``, ``RELIABILITIES``, ``CHECKS``).
+vocabularies they check against (``RELIABILITIES``, ``CHECKS``; the metrics, ``METRICS`` and
+their units, are declared in :mod:`memwall.vocabulary`, so that a figure names them without
+loading the model).
 
 The files are the judge of the simulator, so they are read as strictly as the machine
 profiles: an unknown key is named, a wrong type or a bad enum value is refused with the
@@ -33,43 +35,13 @@ from ..options import names as option_names
 from ..schema import Field, Problems, Table, read_toml, walk
 from ..vocabulary import (
     GENERATE,
+    METRIC_UNITS,
+    METRICS,
     SERVING_PHASES,
     parse_checkpoint,
 )
 from .identity import is_path
 
-METRICS: dict[str, str] = {
-    "cups": "connection updates per second (training: forward, backward and weight update)",
-    "cps": "connections per second (forward pass only)",
-    "flops": "achieved arithmetic rate, FLOP/s",
-    "seconds": "seconds per step (a training step, a forward pass or one GEMM; generate: the whole request, "
-               "ttft + (output - 1) x tpot; a time to first token is a prefill's seconds)",
-    "samples_per_second": "examples (or sequences) per second, per device (all devices' / the device count)",
-    "tokens_per_second": "decode: tokens generated per second, all sequences together (batch / seconds per step); "
-                         "prefill: prompt tokens per second; generate: output tokens of every request over the "
-                         "request's seconds, all devices; train or forward: tokens per second per device "
-                         "(all devices' / the device count)",
-    "seconds_per_token": "decode: seconds per output token of each sequence (the decode step's time); generate: "
-                         "the mean decode step (tpot)",
-    "joules": "energy of one step, every device (a training step, a forward pass, one decode step of the whole "
-              "batch, a prefill; generate: the whole request, prefill and decode steps)",
-    "watts": "average power per device over the step",
-    "tokens_per_joule": "tokens of one step per joule, every device's (decode: output tokens; prefill: prompt "
-                        "tokens; generate: the requests' output tokens; training: tokens trained)",
-}
-# The unit a value written as a string must carry, per metric (with a decimal prefix).
-METRIC_UNITS: dict[str, tuple[str, ...]] = {
-    "cups": ("CUPS",),
-    "cps": ("CPS",),
-    "flops": ("FLOP/s", "FLOPS"),
-    "seconds": ("s",),
-    "samples_per_second": ("samples/s",),
-    "tokens_per_second": ("tokens/s",),
-    "seconds_per_token": ("s",),
-    "joules": ("J",),
-    "watts": ("W",),
-    "tokens_per_joule": ("tokens/J",),
-}
 RELIABILITIES = ("high", "medium", "low")
 # The software that ran a measured step: a shipped framework file's id or hand-written (the
 # case option `framework` declares the key; a vendor library called alone is `library`).
