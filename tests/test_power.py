@@ -104,9 +104,10 @@ def test_the_scale_solves_the_closed_form_on_its_own() -> None:
         return a / on.power_scale + rest
 
     joules = 10.0 * (m.energy.tdp - m.energy.static)  # needs 10 s
-    held = power_held(m, seconds_on, joules)
+    held = power_held(m, seconds_on, lambda _: joules, seconds_on(m))
     assert power_seconds(m, joules) == pytest.approx(10.0)
     assert held.power_scale == pytest.approx(a / (10.0 - rest), rel=1e-9)
-    assert power_held(m, seconds_on, 1.0) is m  # 3 s already take longer than 1 J needs
-    assert power_held(replace(m, power_saturated=False), seconds_on, joules).power_scale == 1.0
+    assert power_held(m, seconds_on, lambda _: 1.0, seconds_on(m)) is m  # 3 s already take longer than 1 J needs
+    free = replace(m, power_saturated=False)
+    assert power_held(free, seconds_on, lambda _: joules, seconds_on(free)).power_scale == 1.0
 

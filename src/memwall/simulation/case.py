@@ -97,9 +97,12 @@ def _run(case: Case, *, machine: Machine | None, exact: bool, max_lookups: int |
         return accumulated(simulate_step(on, step, plan=plan, dispatch=case.dispatch, counters=counters,
                                          **stack_of(case, on)), k)
 
-    timing = timed(machine)
-    held = power_held(machine, lambda on: timed(on).seconds, dynamic_joules_of(timing))
+    def joules_on(on: Machine) -> float:  # the counts priced at another machine's energy figures
+        return dynamic_joules_of(replace(burst, machine=on))
+
+    timing = burst = timed(machine)
+    held = power_held(machine, lambda on: timed(on).seconds, joules_on, burst.seconds)
     if held is not machine:
         timing = timed(held)
-    retime = held_seconds(lambda on: timed(on).seconds, lambda on: dynamic_joules_of(replace(timing, machine=on)))
+    retime = held_seconds(lambda on: timed(on).seconds, joules_on)
     return build_result(case, step, timing, fallback, retime)

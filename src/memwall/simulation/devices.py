@@ -105,11 +105,12 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         return max(dynamic_joules_of(replace(t.timing, machine=on), t.comms) for t in burst)
 
     times = burst = stages(machine)
-    held = power_held(machine, seconds_on, joules_on(machine))
+    b, device = time_pipeline(times, par.pp, k, par.interleave)
+    held = power_held(machine, seconds_on, joules_on, device.seconds)
     if held is not machine:
         times = stages(held)
+        b, device = time_pipeline(times, par.pp, k, par.interleave)
     retime = held_seconds(seconds_on, joules_on)
-    b, device = time_pipeline(times, par.pp, k, par.interleave)
     step = steps[b][1]
     groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device,
                          network.connections)

@@ -35,21 +35,32 @@ ITERATIONS = 200
 SLOWEST = 1e-3
 
 
+def _limited(machine: Machine) -> bool:
+    """The run is held to its device's rating: a power-saturated step on a profile that
+    states its rated power above its idle power."""
+    spec = machine.energy
+    return machine.power_saturated and spec is not None and spec.tdp > spec.static
+
+
 def power_seconds(machine: Machine, joules: float) -> float:
     """The least seconds a power-saturated step of ``joules`` dynamic joules (one device's)
     can take on ``machine``: joules / (tdp - static); 0 where the limit does not apply."""
-    spec = machine.energy
-    if not machine.power_saturated or spec is None or joules <= 0 or spec.tdp <= spec.static:
+    if not _limited(machine) or joules <= 0:
         return 0.0
-    return joules / (spec.tdp - spec.static)
+    assert machine.energy is not None
+    return joules / (machine.energy.tdp - machine.energy.static)
 
 
-def power_held(machine: Machine, seconds_on: Callable[[Machine], float], joules: float) -> Machine:
+def power_held(machine: Machine, seconds_on: Callable[[Machine], float], joules_on: Callable[[Machine], float],
+               burst: float) -> Machine:
     """``machine``, or ``machine`` with ``power_scale`` s < 1 where a power-saturated step
-    of ``joules`` dynamic joules (one device's, the busiest device's on several) would
-    average more than the rating over ``seconds_on(machine)``: s is the one at which the
-    step takes :func:`power_seconds`."""
-    need, burst = power_seconds(machine, joules), seconds_on(machine)
+    of ``joules_on(machine)`` dynamic joules (one device's, the busiest device's on several)
+    would average more than the rating over its ``burst`` seconds (``seconds_on(machine)``,
+    timed already): s is the one at which the step takes :func:`power_seconds`. The joules
+    are priced only where the limit applies."""
+    if not _limited(machine):
+        return machine
+    need = power_seconds(machine, joules_on(machine))
     if not _holdable(machine, seconds_on, burst, need):
         return machine
     # The arithmetic's time goes as 1/s and the rest does not: T(s) = A/s + R, piecewise
@@ -93,6 +104,8 @@ def held_seconds(seconds_on: Callable[[Machine], float],
     def seconds(on: Machine) -> float:
         burst = replace(on, power_scale=1.0) if on.power_scale != 1.0 else on
         t = seconds_on(burst)
+        if not _limited(burst):  # no joules to price
+            return t
         need = power_seconds(burst, priced(burst))
         return need if _holdable(burst, seconds_on, t, need) else t
     return seconds
