@@ -182,6 +182,22 @@ def _tile_shapes(value: Any, context: dict[str, Any]) -> Any:
     return shapes(value)
 
 
+def _multicast(value: Any, context: dict[str, Any]) -> Any:
+    """Units one L2 read feeds: an integer from 1 to 16, or a table of them by dtype."""
+    def units(v: Any) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 16:
+            raise InputError(f"multicast must be a whole number of units from 1 to 16, got {v!r}")
+        return v
+    if isinstance(value, dict):
+        unknown = [k for k in value if k != "default" and k not in STEP_DTYPES]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], [*STEP_DTYPES, "default"], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; one of default, {', '.join(STEP_DTYPES)}"
+            raise InputError(f"multicast names an unknown dtype {unknown[0]!r}{hint}")
+        return {k: units(v) for k, v in value.items()}
+    return units(value)
+
+
 def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:
     if len(value) != 2:
         raise InputError(f"micro_tile must be [mr, nr], two positive integers, got {list(value)!r}")
@@ -418,6 +434,11 @@ SCHEDULE = Table("[schedule]", (
     Field("tile_shapes", "any", "the `[tile_m, tile_n]` shapes the machine's library has for products, a list or a "
           "table by dtype (`default` for the others); the tiling picks one per product (docs/timing.md, tile "
           "quantization); unstated: `[[tile_m, tile_n]]`", parse=_tile_shapes, figure="optional", when=_TILED),
+    Field("multicast", "any", "units one L2 read of an operand tile feeds: a thread-block cluster's TMA "
+          "multicast or an SM pair's shared MMA operand (the operand the cluster shares is read once for this "
+          "many tiles), a whole number or a table by dtype (`default` for the others); unstated: 1, every unit "
+          "loads its own tiles (docs/timing.md, 'The L2 serves every tile')", parse=_multicast,
+          figure="optional", when=_TILED),
     Field("bytes_in_flight", "any", "bytes one unit keeps outstanding to memory; caps a level's bandwidth at "
           "busy units x this / the level's latency (tied to the profile's latencies)", parse=_mean_bytes,
           unit="size, may be fractional (`'6.45 kB'`)", figure="required", when=_TILED),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .vocabulary import DISPATCH_MODES, DTYPE_BYTES
+from .vocabulary import DISPATCH_MODES, DTYPE_BITS, DTYPE_BYTES
 
 if TYPE_CHECKING:  # only for annotations: timing needs counters' values, not the engine
     from .engine import HierarchyCounters
@@ -525,17 +525,14 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     """Arithmetic overlaps every transfer; the slowest level bounds the data; tiles run in
     waves over the units, and a level's bandwidth is capped by the bytes the busy units
     keep in flight (section ``throughput`` of docs/timing.md)."""
-    compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
+    rate = arithmetic_rate(machine, work.dtype, work.op)
+    compute = work.flops / rate
     units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
     tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
-    busy, workspace = units, 0
+    busy, workspace, tile_reads = units, 0, 0.0
     if units and tiles:
-        # ceil(tiles / units) waves, each as long as one tile on one unit.
-        compute *= -(-tiles // units) * units / tiles
-        busy = min(units, tiles)
+        tiling = None
         if work.op in ("gemm", "gemv") and work.dims and min(work.dims) > 0:
-            # Tile quantization: every tile computes its whole tm x tn x k_slice block,
-            # padding included, in the tile shape the library picks (product_tiling).
             from .workloads.lowering import (  # lazy: lowering imports profiles
                 params_of,
                 product_tiling,
@@ -544,7 +541,17 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
             m, n, k = work.dims
             batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
             params = params_of(machine.schedule)
-            tiling = product_tiling(work.dims, batch, work.dtype, params)
+            l2 = _l2_cost(work, traffic, rate, params)
+            tiling = product_tiling(work.dims, batch, work.dtype, params, l2)
+            tiles = tiling.tiles if l2 is not None else tiles
+            if l2 is not None:
+                tile_reads = tiling.l2_reads(work.dims, batch, l2.operand_bytes, l2.multicast)
+        # ceil(tiles / units) waves, each as long as one tile on one unit.
+        compute *= -(-tiles // units) * units / tiles
+        busy = min(units, tiles)
+        if tiling is not None:
+            # Tile quantization: every tile computes its whole tm x tn x k_slice block,
+            # padding included, in the tile shape the library picks (product_tiling).
             if params.get("tile_shapes") and work.op == "gemm":
                 # only where the profile states its library's tiles: a lone tile_m x tile_n
                 # is a modelling choice for the waves, not the only kernel the library has.
@@ -571,12 +578,40 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     terms = {}
     for lv in traffic.levels:
         moved = lv.bytes + (workspace if lv.name == into else 0)
+        if tile_reads and lv is traffic.levels[0]:
+            # The engine sees a wave's union of tile loads; the L2 serves every tile its own
+            # (docs/timing.md, "The L2 serves every tile"): its reads and the product's output.
+            moved = max(moved, tile_reads + _output_bytes(work))
         if in_flight and busy and lv.latency:
             terms[lv.name] = _capped_seconds(moved, lv.bandwidth, in_flight, lv.latency, busy, units, tiles)
         else:
             terms[lv.name] = moved / lv.bandwidth if lv.bandwidth else 0.0
     stall = _stall_over(max(terms.values()), compute, terms)
     return ModelTimes(compute, 0.0, stall, terms)
+
+
+def _l2_cost(work: KernelWork, traffic: KernelTraffic, rate: float, params: Mapping[str, Any]) -> Any:
+    """What the L2 charges a product's tiles (:class:`memwall.workloads.lowering.L2Cost`),
+    or None where it is not charged: a product of more than one row and column, on a
+    profile that states its library's tiles (``tile_shapes``) and the bandwidth of the
+    level its tiles are staged from (the first cache level)."""
+    from .workloads.lowering import L2Cost  # lazy: lowering imports profiles
+
+    if work.op != "gemm" or not params.get("tile_shapes") or not traffic.levels or work.dims is None:
+        return None
+    if min(work.dims[0], work.dims[1]) <= 1 or not traffic.levels[0].bandwidth or traffic.levels[0].name == MEMORY:
+        return None
+    multicast = params.get("multicast", 1)
+    if isinstance(multicast, Mapping):
+        multicast = multicast.get(work.dtype, multicast.get("default", 1))
+    return L2Cost(rate / traffic.levels[0].bandwidth, DTYPE_BITS.get(work.dtype, 16) / 8, int(multicast))
+
+
+def _output_bytes(work: KernelWork) -> float:
+    """Bytes of a product's output at its dtype's width: batch x M x N elements."""
+    assert work.dims is not None
+    m, n, k = work.dims
+    return work.flops / (2 * k) * DTYPE_BITS.get(work.dtype, 16) / 8
 
 
 def _capped_seconds(moved: float, bandwidth: float, in_flight: float, latency: float, busy: int, units: int,

@@ -173,6 +173,23 @@ class Tiling:
         m, n, k = dims
         return (-(-m // self.tm) * self.tm * -(-n // self.tn) * self.tn * self.splits * self.k_slice) / (m * n * k)
 
+    def l2_reads(self, dims: tuple[int, int, int], batch: int, operand_bytes: float, multicast: int = 1) -> float:
+        """Bytes the units read from the L2 for their operand tiles. Every tile loads its
+        own rows of A and columns of B over its K slice into its own shared memory, so
+        each A row is read once per tile column (ceil(N / tn) times) and each B column
+        once per tile row (ceil(M / tm)); edge tiles read only the real rows (TMA and
+        cp.async fill the rest with zeros). Where ``multicast`` units share one read (a
+        2-CTA cluster's TMA multicast, a 2-SM MMA pair: ``[schedule] multicast``), the
+        operand the cluster shares is read once for that many tiles along its side: the
+        orientation that saves more, as the library would launch it."""
+        m, n, k = dims
+        tiles_m, tiles_n = -(-m // self.tm), -(-n // self.tn)
+        a = batch * m * k * operand_bytes * tiles_n
+        b = batch * n * k * operand_bytes * tiles_m
+        if multicast <= 1:
+            return a + b
+        return min(a / min(multicast, tiles_n) + b, a + b / min(multicast, tiles_m))
+
 
 def tile_shapes(p: Mapping[str, Any], dtype: str) -> list[tuple[int, int]]:
     """The tile shapes the machine's library has for ``dtype``: the schedule's
@@ -186,7 +203,19 @@ def tile_shapes(p: Mapping[str, Any], dtype: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in shapes]
 
 
-def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mapping[str, Any]) -> Tiling:
+@dataclass(frozen=True)
+class L2Cost:
+    """What the L2 charges a tiling, for :func:`product_tiling`'s pick: ``balance`` FLOPs
+    the units do in the time the L2 serves one byte (their arithmetic rate / the L2's
+    bandwidth), operands of ``operand_bytes`` each, read once for ``multicast`` units."""
+
+    balance: float
+    operand_bytes: float
+    multicast: int = 1
+
+
+def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mapping[str, Any],
+                   l2: L2Cost | None = None) -> Tiling:
     """The tiling a library picks for a (M, N, K) product of ``batch`` items.
 
     Split-K: while a shape's output tiles are fewer than the units, K is cut into
@@ -197,8 +226,12 @@ def product_tiling(dims: tuple[int, int, int], batch: int, dtype: str, p: Mappin
     row or column, which is not padded to a tile, waves x its multiply-adds / tiles), ties to the one
     whose split along K writes the fewest partial bytes (:func:`split_bytes`: a reduction
     that buys no arithmetic is traffic a library avoids), then to the larger tile (fewer
-    operand loads per multiply-add), then to the earlier listed."""
-    return _best_tiling(tuple(dims), batch, int(p["units"]), int(p["tile_k"]), tuple(tile_shapes(p, dtype)))
+    operand loads per multiply-add), then to the earlier listed. Given ``l2`` (the timing's
+    pick), the busiest unit's time is the longer of its arithmetic and the L2's time to
+    serve every unit's tile reads (:meth:`Tiling.l2_reads`), so a small tile that evens
+    the waves but reads its operands many times over loses to a larger one where the L2
+    is the slower: the fastest kernel, which is what a library's heuristic is tuned to find."""
+    return _best_tiling(tuple(dims), batch, int(p["units"]), int(p["tile_k"]), tuple(tile_shapes(p, dtype)), l2)
 
 
 def split_bytes(t: Tiling, dims: tuple[int, int, int], batch: int) -> int:
@@ -213,7 +246,7 @@ def split_bytes(t: Tiling, dims: tuple[int, int, int], batch: int) -> int:
 # figure of (about 40), with the same shapes and schedule: the choice is made once.
 @lru_cache(maxsize=4096)
 def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
-                 shapes: tuple[tuple[int, int], ...]) -> Tiling:
+                 shapes: tuple[tuple[int, int], ...], l2: L2Cost | None = None) -> Tiling:
     m, n, k = dims
     best: tuple[tuple[int, int, int], Tiling] | None = None
     for tm, tn in shapes:
@@ -225,6 +258,9 @@ def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
         # each wave, but a product of one row or column is not padded (its real work
         # shared over the tiles: timing.throughput)
         busiest = t.waves * tm * tn * t.k_slice if min(m, n) > 1 else Fraction(t.waves * batch * m * n * k, tiles)
+        if l2 is not None:  # in FLOPs of one unit: its arithmetic, or its share of the L2's time
+            reads = t.l2_reads(dims, batch, l2.operand_bytes, l2.multicast)
+            busiest = max(2 * busiest, reads * l2.balance / units)
         key = (busiest, split_bytes(t, dims, batch), -tm * tn)
         if best is None or key < best[0]:
             best = (key, t)
