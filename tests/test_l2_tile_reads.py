@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from memwall.profiles import load_machine
-from memwall.timing import KernelTraffic, KernelWork, LevelTraffic, throughput
+from memwall.timing import KernelTraffic, KernelWork, LevelTraffic, served_by_tiles, throughput, tile_l2_cost
 from memwall.workloads.lowering import L2Cost, Tiling, params_of, product_tiling
 
 
@@ -48,9 +48,10 @@ def _product(machine, dims, dtype="fp16"):
     m, n, k = dims
     levels = tuple(LevelTraffic(lv.name, 0, 0, lv.bandwidth, None) for lv in machine.levels if not lv.software_managed)
     levels += (LevelTraffic("memory", 0, 0, None, None),)
-    tiles = product_tiling(dims, 1, dtype, params_of(machine.schedule)).tiles
+    tiles = product_tiling(dims, 1, dtype, params_of(machine.schedule), tile_l2_cost(machine, dtype)).tiles
     work = KernelWork("gemm", dtype, 2 * m * n * k, {}, dims)
-    return throughput(machine, work, KernelTraffic(0, 0, 0, 0, levels, parallel_units=tiles))
+    return throughput(machine, work, served_by_tiles(machine, work, KernelTraffic(0, 0, 0, 0, levels,
+                                                                                 parallel_units=tiles)))
 
 
 def test_an_a100_2048_cube_is_held_by_its_l2():
@@ -93,3 +94,24 @@ def test_a_bad_multicast_is_refused_by_name(bad, tmp_path):
     from memwall.profiles import _multicast
     with pytest.raises(InputError, match="multicast"):
         _multicast(bad, {})
+
+
+def test_the_trace_runs_the_tile_the_timing_times_and_the_replay_key_knows_it():
+    from memwall.options import Case
+    from memwall.simulation import run_case
+    from memwall.simulation.replay import replay_key
+
+    # the A100's 4096^3 product: the trace's tiles are the timing's (256 x 128, not the
+    # 128 x 64 that evens the waves), so main memory serves that tiling's waves
+    a100 = load_machine("a100-sxm")
+    r = run_case(Case("a100-sxm", gemm=(4096, 4096, 4096), dtype="fp16", framework="library"), machine=a100)
+    pinned = replace(a100, schedule=replace(a100.schedule, params={**a100.schedule.params, "tile_shapes": [[256, 128]]}))
+    alone = run_case(Case("a100-sxm", gemm=(4096, 4096, 4096), dtype="fp16", framework="library"), machine=pinned)
+    assert r["bytes"]["memory"] == alone["bytes"]["memory"] and r["seconds"] == alone["seconds"]
+    # the L2's bandwidth now picks tiles, so it reaches the replay key; an H200 beside an
+    # H100 still shares a bf16 step's replay, not an fp8 one (their fp8 ceilings differ)
+    h100, case = load_machine("h100-sxm"), Case("h100-sxm", "gpt2-small", 2)
+    assert replay_key(load_machine("h100-sxm", sets={"level.L2.bandwidth": "2 TB/s"}), case) != replay_key(h100, case)
+    assert replay_key(load_machine("h200"), case) == replay_key(h100, case)
+    fp8 = Case("h100-sxm", "gpt2-small", 2, dtype="fp8")
+    assert replay_key(load_machine("h200"), fp8) != replay_key(h100, fp8)

@@ -2,7 +2,7 @@
 shapes, split-K and its workspace, on small shapes (docs/timing.md, "throughput")."""
 
 from memwall.profiles import load_machine
-from memwall.timing import KernelTraffic, KernelWork, LevelTraffic, throughput
+from memwall.timing import KernelTraffic, KernelWork, LevelTraffic, served_by_tiles, throughput
 from memwall.workloads.lowering import L2Cost, product_tiling
 
 P = {"tile_m": 128, "tile_n": 128, "tile_k": 32, "units": 80}
@@ -37,7 +37,8 @@ def _time(machine, dims, levels, dtype="fp16"):
     m, n, k = dims
     traffic = KernelTraffic(0, 0, 0, 0, levels, parallel_units=product_tiling(
         dims, 1, dtype, dict(machine.schedule.params)).tiles)
-    return throughput(machine, KernelWork("gemm", dtype, 2 * m * n * k, {}, dims), traffic)
+    work = KernelWork("gemm", dtype, 2 * m * n * k, {}, dims)
+    return throughput(machine, work, served_by_tiles(machine, work, traffic))  # as time_kernel does
 
 
 def test_padded_tiles_cost_compute_time_on_the_machine():
@@ -56,8 +57,10 @@ def test_split_k_workspace_is_traffic():
     tiling = product_tiling((64, 64, 8192), 1, "fp16", dict(v100.schedule.params))
     assert tiling.splits == 80  # one 64x64 tile: K cut over the 80 SMs
     t = _time(v100, (64, 64, 8192), levels)
-    # 80 fp32 partials of 64 x 64 written and read back (2.6 MB) fit the 6 MiB L2: its traffic
-    assert abs(t.terms["L2"] - ((1 << 20) + 2 * 4 * 80 * 64 * 64) / 2e12) < 1e-15
+    # 80 fp32 partials of 64 x 64 written and read back (2.6 MB) fit the 6 MiB L2: its traffic,
+    # beside the one tile's reads of A and B (each once: one tile row, one tile column) and C
+    served = 64 * 8192 * 2 + 8192 * 64 * 2 + 64 * 64 * 2
+    assert abs(t.terms["L2"] - (served + 2 * 4 * 80 * 64 * 64) / 2e12) < 1e-15
     assert t.terms["memory"] == (1 << 20) / 900e9
     big = _time(v100, (4096, 4096, 64), levels)  # hundreds of tiles: no split, no workspace
     # its L2 serves every tile's own reads and the output (docs/timing.md), nothing more

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
@@ -529,7 +529,7 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     compute = work.flops / rate
     units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
     tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
-    busy, workspace, tile_reads = units, 0, 0.0
+    busy, workspace = units, 0
     if units and tiles:
         tiling = None
         if work.op in ("gemm", "gemv") and work.dims and min(work.dims) > 0:
@@ -541,11 +541,9 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
             m, n, k = work.dims
             batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
             params = params_of(machine.schedule)
-            l2 = _l2_cost(work, traffic, rate, params)
+            l2 = tile_l2_cost(machine, work.dtype) if _charges_l2(work, traffic) else None
             tiling = product_tiling(work.dims, batch, work.dtype, params, l2)
             tiles = tiling.tiles if l2 is not None else tiles
-            if l2 is not None:
-                tile_reads = tiling.l2_reads(work.dims, batch, l2.operand_bytes, l2.multicast)
         # ceil(tiles / units) waves, each as long as one tile on one unit.
         compute *= -(-tiles // units) * units / tiles
         busy = min(units, tiles)
@@ -578,10 +576,6 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     terms = {}
     for lv in traffic.levels:
         moved = lv.bytes + (workspace if lv.name == into else 0)
-        if tile_reads and lv is traffic.levels[0]:
-            # The engine sees a wave's union of tile loads; the L2 serves every tile its own
-            # (docs/timing.md, "The L2 serves every tile"): its reads and the product's output.
-            moved = max(moved, tile_reads + _output_bytes(work))
         if in_flight and busy and lv.latency:
             terms[lv.name] = _capped_seconds(moved, lv.bandwidth, in_flight, lv.latency, busy, units, tiles)
         else:
@@ -590,21 +584,58 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     return ModelTimes(compute, 0.0, stall, terms)
 
 
-def _l2_cost(work: KernelWork, traffic: KernelTraffic, rate: float, params: Mapping[str, Any]) -> Any:
-    """What the L2 charges a product's tiles (:class:`memwall.workloads.lowering.L2Cost`),
-    or None where it is not charged: a product of more than one row and column, on a
-    profile that states its library's tiles (``tile_shapes``) and the bandwidth of the
-    level its tiles are staged from (the first cache level)."""
+def tile_l2_cost(machine: Machine, dtype: str) -> Any:
+    """What the L2 charges a product's tiles in ``dtype`` on ``machine``
+    (:class:`memwall.workloads.lowering.L2Cost`), or None where it charges nothing: a
+    profile without ``tile_shapes`` or without a bandwidth on its first cache level (the
+    level tiles are staged from). The balance is the device's burst product rate (its
+    peak, or its measured ceiling where lower) over that bandwidth: a library's kernel
+    choice is fixed per device and shape, not per power state, so the lowering's trace and
+    the timing pick the same tile for a step whatever clock it runs at."""
     from .workloads.lowering import L2Cost  # lazy: lowering imports profiles
 
-    if work.op != "gemm" or not params.get("tile_shapes") or not traffic.levels or work.dims is None:
+    params = machine.schedule.params
+    if machine.schedule.family != "tiled" or not params.get("tile_shapes") or not machine.cache_levels:
         return None
-    if min(work.dims[0], work.dims[1]) <= 1 or not traffic.levels[0].bandwidth or traffic.levels[0].name == MEMORY:
+    first = machine.cache_levels[0]
+    if not first.bandwidth:
         return None
     multicast = params.get("multicast", 1)
     if isinstance(multicast, Mapping):
-        multicast = multicast.get(work.dtype, multicast.get("default", 1))
-    return L2Cost(rate / traffic.levels[0].bandwidth, DTYPE_BITS.get(work.dtype, 16) / 8, int(multicast))
+        multicast = multicast.get(dtype, multicast.get("default", 1))
+    rate = _burst_rate(replace(machine, power_saturated=False), dtype, "gemm", achievable=True)
+    return L2Cost(rate / first.bandwidth, DTYPE_BITS.get(dtype, 16) / 8, int(multicast))
+
+
+def _charges_l2(work: KernelWork, traffic: KernelTraffic) -> bool:
+    """A product of more than one row and column whose first traffic level is a cache."""
+    return (work.op == "gemm" and work.dims is not None and min(work.dims[0], work.dims[1]) > 1
+            and bool(traffic.levels) and traffic.levels[0].name != MEMORY)
+
+
+def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> KernelTraffic:
+    """``traffic`` with its first cache level's bytes raised to what that level serves a
+    product's tiles. The engine sees a wave's union of tile loads (what the L2 holds and
+    main memory serves); every thread block reads its own tiles into its own shared
+    memory, so the L2 serves their sum (:meth:`memwall.workloads.lowering.Tiling.l2_reads`)
+    and the product's output (docs/timing.md, "The L2 serves every tile"). Unchanged where
+    the L2 charges nothing (:func:`tile_l2_cost`) or the engine counted more."""
+    if not _charges_l2(work, traffic):
+        return traffic
+    l2 = tile_l2_cost(machine, work.dtype)
+    if l2 is None:
+        return traffic
+    from .workloads.lowering import params_of, product_tiling  # lazy: lowering imports profiles
+
+    assert work.dims is not None
+    m, n, k = work.dims
+    batch = max(1, round(work.flops / (2 * m * n * k)))
+    tiling = product_tiling(work.dims, batch, work.dtype, params_of(machine.schedule), l2)
+    served = round(tiling.l2_reads(work.dims, batch, l2.operand_bytes, l2.multicast) + _output_bytes(work))
+    first = traffic.levels[0]
+    if served <= first.bytes:
+        return traffic
+    return replace(traffic, levels=(replace(first, bytes=served), *traffic.levels[1:]))
 
 
 def _output_bytes(work: KernelWork) -> float:
@@ -671,7 +702,9 @@ def time_kernel(
     model = MODELS.get(machine.timing.model)
     if model is None:
         raise InputError(f"unknown timing model {machine.timing.model!r}", field="timing.model")
-    t = model(machine, KernelWork(op, dtype, flops, ops, dims, instructions), traffic)
+    work = KernelWork(op, dtype, flops, ops, dims, instructions)
+    traffic = served_by_tiles(machine, work, traffic)
+    t = model(machine, work, traffic)
     widen = word_widening(machine, dtype)
     return KernelTiming(
         name=name,

@@ -33,13 +33,12 @@ def register(subparsers: Any) -> None:
 def cmd_trace(args: Any) -> int:
     from ..paths import writable_file, write_error
     from ..profiles import load_machine  # profiles are loaded only when a trace is asked for
-    from ..workloads.lowering import lower
+    from ..simulation.plan import lower_on
 
     out = writable_file(args.out, field="--out")  # before any work
     machine = load_machine(args.machine)
-    line = machine.cache_levels[0].line if machine.cache_levels else 64
     step = step_from_args(args)
-    nests = [n for k in step.kernels for n in lower(k, machine.schedule, line_bytes=line).nests]
+    nests = [n for k in step.kernels for n in lower_on(machine, k).nests]
     total = sum(n.n_accesses for n in nests)
     if total > args.max_accesses:
         raise InputError(f"the trace would hold {total:,} accesses, over --max-accesses {args.max_accesses:,}",

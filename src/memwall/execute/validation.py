@@ -109,12 +109,12 @@ def replay_groups(cases: Sequence[Case]) -> list[tuple[Case, ...]]:
     from ..errors import InputError
     from ..options import DEVICES, STEP
     from ..profiles import load_machine
-    from ..simulation.replay import engine_fields
+    from ..simulation.replay import case_engine_fields
 
     groups: dict[str, list[Case]] = {}
     for case in cases:
         try:
-            engine = engine_fields(load_machine(case.machine))
+            engine = case_engine_fields(load_machine(case.machine), case)
         except InputError:  # predicted alone: its worker reports why
             groups[json.dumps(["alone", case.as_dict()], sort_keys=True, default=str)] = [case]
             continue

@@ -19,6 +19,7 @@ from ..options import DEVICES, STEP, Case
 from ..profiles import Machine
 from ..streams import LoopNest
 from ..streams import replay_lookups as row_lookups  # one kernel's planned replay
+from ..timing import tile_l2_cost
 from ..workloads.lowering import Lowered, lower
 from ..workloads.step import Kernel, Step
 from .step import build_case_step
@@ -156,9 +157,15 @@ def _line(machine: Machine) -> int:
     return levels[0].line if levels else 64
 
 
+def lower_on(machine: Machine, kernel: Kernel) -> Lowered:
+    """``kernel`` lowered to the machine's streams, its products in the tile the timing
+    times them in (the L2's charge for their dtype: :func:`memwall.timing.tile_l2_cost`)."""
+    return lower(kernel, machine.schedule, line_bytes=_line(machine), l2=tile_l2_cost(machine, kernel.dtype))
+
+
 def _lowered(machine: Machine, step: Step) -> list[Lowered]:
     """Every kernel of ``step`` lowered to the machine's streams."""
-    return [lower(kernel, machine.schedule, line_bytes=_line(machine)) for kernel in step.kernels]
+    return [lower_on(machine, kernel) for kernel in step.kernels]
 
 
 def plan_stages(machine: Machine, steps: list[Step], *, exact: bool = False) -> list[ReplayPlan]:

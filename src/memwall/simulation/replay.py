@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import astuple, replace
 from typing import Any, Protocol
 
 from ..engine import Hierarchy, HierarchyCounters, MemoryCounters
@@ -24,6 +24,8 @@ from ..model_version import MODEL_VERSION
 from ..options import DEVICES, STEP, Case
 from ..profiles import Machine
 from ..streams import LoopNest
+from ..timing import tile_l2_cost
+from ..vocabulary import DTYPES
 from ..workloads.lowering import Lowered
 from .plan import CHUNK_LOOKUPS, ReplayPlan
 from .reuse import replay_stages, reusable
@@ -326,10 +328,19 @@ def _run(hierarchy: Hierarchy, nest: LoopNest, line: int, progress: Callable[[in
         hierarchy.flush()
 
 
-def engine_fields(machine: Machine) -> dict[str, Any]:
+# The dtypes a step's products run in whatever its case asks: the wide ones (a narrow
+# step keeps its attention and its gradients' products there). A narrow dtype (fp8, int8,
+# the block formats) is added where the case asks for it.
+WIDE_PRODUCT_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16")
+
+
+def engine_fields(machine: Machine, dtypes: Iterable[str] = DTYPES) -> dict[str, Any]:
     """The parts of a profile that reach the engine: each simulated level's geometry
-    and policies, and the schedule that lowers kernels to streams. Bandwidths,
-    latencies, peak rates, dispatch costs and the word size act only in the timing, so
+    and policies, the schedule that lowers kernels to streams, and the tile each product
+    dtype's L2 charge picks (:func:`memwall.timing.tile_l2_cost`: the first cache level's
+    bandwidth over the product rate, where the profile states its tiles; for ``dtypes``,
+    every dtype unless a case names the ones its products run in). Main memory's
+    bandwidth, latencies, dispatch costs and the word size act only in the timing, so
     machines that differ only in those (a synthetic bandwidth sweep; an H200 beside an
     H100) replay a step identically and may share one replay."""
     return {
@@ -337,6 +348,9 @@ def engine_fields(machine: Machine) -> dict[str, Any]:
                    for lv in machine.cache_levels],
         "schedule": [machine.schedule.family,
                      {k: v for k, v in sorted(machine.schedule.params.items()) if k not in TIMING_ONLY_SCHEDULE}],
+        # the tile a product runs in weighs the L2's bandwidth against the product rate
+        # (lowering.product_tiling): those two figures reach the engine through it
+        "tile_l2": {d: astuple(c) for d in dtypes if (c := tile_l2_cost(machine, d)) is not None},
     }
 
 
@@ -344,11 +358,20 @@ def engine_fields(machine: Machine) -> dict[str, Any]:
 TIMING_ONLY_SCHEDULE = ("bytes_in_flight", "note")
 
 
+def case_engine_fields(machine: Machine, case: Case) -> dict[str, Any]:
+    """:func:`engine_fields` for the dtypes ``case``'s products run in: the wide ones and
+    the one it asks for, so that an H200 beside an H100 shares a bf16 step's replay though
+    their fp8 ceilings differ."""
+    narrow = (case.dtype,) if case.dtype and case.dtype not in WIDE_PRODUCT_DTYPES else ()
+    return engine_fields(machine, WIDE_PRODUCT_DTYPES + narrow)
+
+
 def replay_key(machine: Machine, case: Case, *, exact: bool = False) -> str:
     """What a case's replay depends on, hashed: the model version (engine, lowering and
     workload code), the machine's :func:`engine_fields` and every given case option that
     shapes the step (:meth:`Case.key`: the options the timing alone reads are left out)."""
-    text = json.dumps({"model": MODEL_VERSION, "engine": engine_fields(machine), "case": case.key(STEP, DEVICES),
+    text = json.dumps({"model": MODEL_VERSION, "engine": case_engine_fields(machine, case),
+                       "case": case.key(STEP, DEVICES),
                        "exact": exact},
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

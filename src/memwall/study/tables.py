@@ -420,7 +420,7 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
     from ..engine import CapacitySweep
     from ..profiles import load_machine
     from ..simulation import Case, build_case_step
-    from ..workloads.lowering import lower
+    from ..simulation.plan import lower_on
 
     out = []
     for machine_id, network in cases:
@@ -429,7 +429,7 @@ def llc_capacity_table(cases: Sequence[tuple[str, str]] = LLC_CASES, batch: int 
         llc = levels[-1]
         step = build_case_step(Case(machine=machine_id, network=network, batch=batch))
         sweep = CapacitySweep(levels, llc.name, llc.ways * factor)
-        lowered = [lower(kernel, machine.schedule, line_bytes=levels[0].line) for kernel in step.kernels]
+        lowered = [lower_on(machine, kernel) for kernel in step.kernels]
         for low in lowered if warm else ():
             for nest in low.nests:
                 sweep.replay_nest(nest)

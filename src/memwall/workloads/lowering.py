@@ -124,9 +124,13 @@ def params_of(schedule: ScheduleSpec) -> dict[str, Any]:
 ELEMENTWISE_GRAIN = 1024  # elements per thread's chunk of an elementwise kernel (blocked family)
 
 
-def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64) -> Lowered:
-    """The access streams of one run of ``kernel`` on a machine with this schedule."""
+def lower(kernel: Kernel, schedule: ScheduleSpec, *, line_bytes: int = 64, l2: L2Cost | None = None) -> Lowered:
+    """The access streams of one run of ``kernel`` on a machine with this schedule; ``l2``:
+    what the machine's L2 charges a product's tiles in the kernel's dtype
+    (:func:`memwall.timing.tile_l2_cost`), so that the trace runs the tile the timing times."""
     p = params_of(schedule)
+    if l2 is not None:
+        p["l2_cost"] = l2
     fam = schedule.family
     if kernel.op in ("gemm", "gemv"):
         if fam == "blocked" and _is_level2(kernel):
@@ -268,13 +272,21 @@ def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
     return best[1]
 
 
+def _l2_of(kernel: Kernel, p: Mapping[str, Any]) -> L2Cost | None:
+    """The L2's charge for this kernel's tiles (the timing's ``_charges_l2``): a product of
+    more than one row and column, on a machine whose lowering was given one."""
+    if kernel.op != "gemm" or kernel.dims is None or min(kernel.dims[0], kernel.dims[1]) <= 1:
+        return None
+    return p.get("l2_cost")
+
+
 def _tiled_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
     """Tiles a tiled kernel runs as, for its waves over the units: a product's tiles as
     :func:`product_tiling` picks them (output tiles, split along K while they are fewer
     than the units); an attention's query tiles per head; else thread blocks of
     ``ELEMENTWISE_GRAIN`` elements."""
     if kernel.op in ("gemm", "gemv") and kernel.dims is not None:
-        return product_tiling(kernel.dims, kernel.batch, kernel.dtype, p).tiles
+        return product_tiling(kernel.dims, kernel.batch, kernel.dtype, p, _l2_of(kernel, p)).tiles
     if kernel.op == "attention":
         return max(1, kernel.batch * -(-int(kernel.params.get("seq", 1)) // int(p["tile_m"])))
     return max(1, -(-kernel.elements // ELEMENTWISE_GRAIN)) if kernel.elements else 0
@@ -818,7 +830,7 @@ def _gemm_tiled(kernel: Kernel, p: Mapping[str, Any]) -> Lowered:
     o = _ops(kernel)
     tk, units = int(p["tile_k"]), int(p["units"])
     assert kernel.dims is not None
-    tiling = product_tiling(kernel.dims, kernel.batch, kernel.dtype, p)
+    tiling = product_tiling(kernel.dims, kernel.batch, kernel.dtype, p, _l2_of(kernel, p))
     tm, tn = tiling.tm, tiling.tn  # the library's tile for this shape
     e = o.e
     kch = tk * max(1, -(-TILED_K_BYTES // (tk * e)))
