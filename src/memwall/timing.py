@@ -88,6 +88,7 @@ class KernelTraffic:
     parallel_units: int = 0  # pieces of work cores can share; 0: as many as there are cores
     demand_read_bytes: int | None = None  # bytes of the demand reads; None: D x R / (R + W)
     strides: tuple[tuple[int, int], ...] = ()  # (stride in elements, elements) of strided vector loads
+    tiling: Any = None  # a product's Tiling where the L2 charges its tiles (served_by_tiles), else None
 
 
 def _read_bytes(demand_bytes: int, reads: int, writes: int, read_bytes: int | None) -> float:
@@ -541,9 +542,11 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
             m, n, k = work.dims
             batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
             params = params_of(machine.schedule)
-            l2 = tile_l2_cost(machine, work.dtype) if _charges_l2(work, traffic) else None
-            tiling = product_tiling(work.dims, batch, work.dtype, params, l2)
-            tiles = tiling.tiles if l2 is not None else tiles
+            if traffic.tiling is not None:  # the L2 charges its tiles: the pick served_by_tiles made
+                tiling = traffic.tiling
+                tiles = tiling.tiles
+            else:
+                tiling = product_tiling(work.dims, batch, work.dtype, params)
         # ceil(tiles / units) waves, each as long as one tile on one unit.
         compute *= -(-tiles // units) * units / tiles
         busy = min(units, tiles)
@@ -603,7 +606,8 @@ def tile_l2_cost(machine: Machine, dtype: str) -> Any:
     multicast = params.get("multicast", 1)
     if isinstance(multicast, Mapping):
         multicast = multicast.get(dtype, multicast.get("default", 1))
-    rate = _burst_rate(replace(machine, power_saturated=False), dtype, "gemm", achievable=True)
+    rated = rate_dtype(machine, dtype)  # the burst ceiling (_burst_rate's, the sustained cap aside)
+    rate = min(machine.peak_flops[rated], machine.achievable_flops.get(rated, machine.peak_flops[rated]))
     return L2Cost(rate / first.bandwidth, DTYPE_BITS.get(dtype, 16) / 8, int(multicast))
 
 
@@ -614,8 +618,9 @@ def _charges_l2(work: KernelWork, traffic: KernelTraffic) -> bool:
 
 
 def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> KernelTraffic:
-    """``traffic`` with its first cache level's bytes raised to what that level serves a
-    product's tiles. The engine sees a wave's union of tile loads (what the L2 holds and
+    """``traffic`` with the tiling its product runs in (the one the L2's charge picks, as
+    the lowering picked it) and its first cache level's bytes raised to what that level
+    serves the tiles. The engine sees a wave's union of tile loads (what the L2 holds and
     main memory serves); every thread block reads its own tiles into its own shared
     memory, so the L2 serves their sum (:meth:`memwall.workloads.lowering.Tiling.l2_reads`)
     and the product's output (docs/timing.md, "The L2 serves every tile"). Unchanged where
@@ -633,9 +638,9 @@ def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) 
     tiling = product_tiling(work.dims, batch, work.dtype, params_of(machine.schedule), l2)
     served = round(tiling.l2_reads(work.dims, batch, l2.operand_bytes, l2.multicast) + _output_bytes(work))
     first = traffic.levels[0]
-    if served <= first.bytes:
-        return traffic
-    return replace(traffic, levels=(replace(first, bytes=served), *traffic.levels[1:]))
+    if served > first.bytes:
+        first = replace(first, bytes=served)
+    return replace(traffic, levels=(first, *traffic.levels[1:]), tiling=tiling)
 
 
 def _output_bytes(work: KernelWork) -> float:
