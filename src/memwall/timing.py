@@ -526,8 +526,7 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
     """Arithmetic overlaps every transfer; the slowest level bounds the data; tiles run in
     waves over the units, and a level's bandwidth is capped by the bytes the busy units
     keep in flight (section ``throughput`` of docs/timing.md)."""
-    rate = arithmetic_rate(machine, work.dtype, work.op)
-    compute = work.flops / rate
+    compute = work.flops / arithmetic_rate(machine, work.dtype, work.op)
     units = int(machine.schedule.params.get("units", 0)) if machine.schedule.family == "tiled" else 0
     tiles = traffic.parallel_units if machine.kind in WAVE_KINDS else 0
     busy, workspace = units, 0
@@ -539,8 +538,7 @@ def throughput(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> Mo
                 product_tiling,
                 split_bytes,
             )
-            m, n, k = work.dims
-            batch = max(1, round(work.flops / (2 * m * n * k)))  # a product's FLOPs: 2 x batch x M x N x K
+            batch = _product_batch(work)
             params = params_of(machine.schedule)
             if traffic.tiling is not None:  # the L2 charges its tiles: the pick served_by_tiles made
                 tiling = traffic.tiling
@@ -633,8 +631,7 @@ def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) 
     from .workloads.lowering import params_of, product_tiling  # lazy: lowering imports profiles
 
     assert work.dims is not None
-    m, n, k = work.dims
-    batch = max(1, round(work.flops / (2 * m * n * k)))
+    batch = _product_batch(work)
     tiling = product_tiling(work.dims, batch, work.dtype, params_of(machine.schedule), l2)
     served = round(tiling.l2_reads(work.dims, batch, l2.operand_bytes, l2.multicast) + _output_bytes(work))
     first = traffic.levels[0]
@@ -643,11 +640,17 @@ def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) 
     return replace(traffic, levels=(first, *traffic.levels[1:]), tiling=tiling)
 
 
-def _output_bytes(work: KernelWork) -> float:
-    """Bytes of a product's output at its dtype's width: batch x M x N elements."""
+def _product_batch(work: KernelWork) -> int:
+    """The items of a batched product: its FLOPs are 2 x batch x M x N x K."""
     assert work.dims is not None
     m, n, k = work.dims
-    return work.flops / (2 * k) * DTYPE_BITS.get(work.dtype, 16) / 8
+    return max(1, round(work.flops / (2 * m * n * k)))
+
+
+def _output_bytes(work: KernelWork) -> float:
+    """Bytes of a product's output at its dtype's width: batch x M x N = F / (2 K) elements."""
+    assert work.dims is not None
+    return work.flops / (2 * work.dims[2]) * DTYPE_BITS.get(work.dtype, 16) / 8
 
 
 def _capped_seconds(moved: float, bandwidth: float, in_flight: float, latency: float, busy: int, units: int,

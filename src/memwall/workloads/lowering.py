@@ -46,7 +46,10 @@ Families:
   wave, staging absorbs reuse inside a tile and the L2 absorbs reuse across the wave's
   tiles, so a wave loads the union of its tiles' A rows and B columns once per K chunk
   (``tile_k`` rounded up to 32 KiB of K: coarse enough to keep a GPT-3 layer to a few million accesses), then writes its C block. Edge waves (ragged M,
-  N, batch) run after the full ones. Elementwise kernels stream every tensor in 64 KiB
+  N, batch) run after the full ones. The union is what the L2 holds and main memory
+  serves; the L2 itself serves every tile its own loads, which the timing counts in
+  closed form (:meth:`Tiling.l2_reads`, ``timing.served_by_tiles``), and the tile is the
+  one :func:`product_tiling` picks given the L2's charge (``lower``'s ``l2``). Elementwise kernels stream every tensor in 64 KiB
   chunks in lockstep. Fused attention streams, per head, Q once and K, V once in
   chunks (a head's query tiles run in one wave and share K, V through the L2; GQA heads
   of a group re-read their K, V); its backward streams K, V once and Q, dO, O, dQ per
