@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,38 +164,40 @@ def _curve(value: Any, context: dict[str, Any]) -> list[list[float]]:
     return out
 
 
-def _tile_shapes(value: Any, context: dict[str, Any]) -> Any:
-    """[[tile_m, tile_n], ...] (positive integers), or a table of such lists by dtype."""
-    def shapes(v: Any) -> list[list[int]]:
-        pairs = list(v) if isinstance(v, list | tuple) else None
-        if not pairs or any(not isinstance(p, list | tuple) or len(p) != 2 or not all(isinstance(x, int)
-                            and not isinstance(x, bool) and 0 < x <= MAX_TILE for x in p) for p in pairs):
-            raise InputError(f"tile_shapes must be [[tile_m, tile_n], ...] of positive integers, got {v!r}")
-        return [list(p) for p in pairs]
-    if isinstance(value, dict):
+def _by_dtype(name: str, one: Callable[[Any], Any]) -> Callable[[Any, dict[str, Any]], Any]:
+    """A parser for a schedule figure given once or as a table by dtype (``default`` for
+    the others): ``one`` parses each value; a table naming an unknown dtype is refused
+    with the closest name."""
+    def parse(value: Any, context: dict[str, Any]) -> Any:
+        if not isinstance(value, dict):
+            return one(value)
         unknown = [k for k in value if k != "default" and k not in STEP_DTYPES]
         if unknown:
             close = difflib.get_close_matches(unknown[0], [*STEP_DTYPES, "default"], n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; one of default, {', '.join(STEP_DTYPES)}"
-            raise InputError(f"tile_shapes names an unknown dtype {unknown[0]!r}{hint}")
-        return {k: shapes(v) for k, v in value.items()}
-    return shapes(value)
+            raise InputError(f"{name} names an unknown dtype {unknown[0]!r}{hint}")
+        return {k: one(v) for k, v in value.items()}
+    return parse
 
 
-def _multicast(value: Any, context: dict[str, Any]) -> Any:
-    """Units one L2 read feeds: an integer from 1 to 16, or a table of them by dtype."""
-    def units(v: Any) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 16:
-            raise InputError(f"multicast must be a whole number of units from 1 to 16, got {v!r}")
-        return v
-    if isinstance(value, dict):
-        unknown = [k for k in value if k != "default" and k not in STEP_DTYPES]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], [*STEP_DTYPES, "default"], n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; one of default, {', '.join(STEP_DTYPES)}"
-            raise InputError(f"multicast names an unknown dtype {unknown[0]!r}{hint}")
-        return {k: units(v) for k, v in value.items()}
-    return units(value)
+def _shapes(v: Any) -> list[list[int]]:
+    """[[tile_m, tile_n], ...] of positive integers."""
+    pairs = list(v) if isinstance(v, list | tuple) else None
+    if not pairs or any(not isinstance(p, list | tuple) or len(p) != 2 or not all(isinstance(x, int)
+                        and not isinstance(x, bool) and 0 < x <= MAX_TILE for x in p) for p in pairs):
+        raise InputError(f"tile_shapes must be [[tile_m, tile_n], ...] of positive integers, got {v!r}")
+    return [list(p) for p in pairs]
+
+
+def _units(v: Any) -> int:
+    """Units one L2 read feeds: a whole number from 1 to 16."""
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 16:
+        raise InputError(f"multicast must be a whole number of units from 1 to 16, got {v!r}")
+    return v
+
+
+_tile_shapes = _by_dtype("tile_shapes", _shapes)
+_multicast = _by_dtype("multicast", _units)
 
 
 def _pair(value: tuple[int, ...], context: dict[str, Any]) -> list[int]:

@@ -593,7 +593,7 @@ def tile_l2_cost(machine: Machine, dtype: str) -> Any:
     peak, or its measured ceiling where lower) over that bandwidth: a library's kernel
     choice is fixed per device and shape, not per power state, so the lowering's trace and
     the timing pick the same tile for a step whatever clock it runs at."""
-    from .workloads.lowering import L2Cost  # lazy: lowering imports profiles
+    from .workloads.lowering import L2Cost, for_dtype  # lazy: lowering imports profiles
 
     params = machine.schedule.params
     if machine.schedule.family != "tiled" or not params.get("tile_shapes") or not machine.cache_levels:
@@ -601,9 +601,7 @@ def tile_l2_cost(machine: Machine, dtype: str) -> Any:
     first = machine.cache_levels[0]
     if not first.bandwidth:
         return None
-    multicast = params.get("multicast", 1)
-    if isinstance(multicast, Mapping):
-        multicast = multicast.get(dtype, multicast.get("default", 1))
+    multicast = for_dtype(params.get("multicast"), dtype, 1)
     rated = rate_dtype(machine, dtype)  # the burst ceiling (_burst_rate's, the sustained cap aside)
     rate = min(machine.peak_flops[rated], machine.achievable_flops.get(rated, machine.peak_flops[rated]))
     return L2Cost(rate / first.bandwidth, DTYPE_BITS.get(dtype, 16) / 8, int(multicast))

@@ -198,13 +198,19 @@ class Tiling:
         return min(a / min(multicast, tiles_n) + b, a + b / min(multicast, tiles_m))
 
 
+def for_dtype(value: Any, dtype: str, default: Any = None) -> Any:
+    """A schedule figure stated once or as a table by dtype (``tile_shapes``,
+    ``multicast``): its value for ``dtype``, else the table's ``default``, else ``default``."""
+    if isinstance(value, Mapping):
+        return value.get(dtype, value.get("default", default))
+    return default if value is None else value
+
+
 def tile_shapes(p: Mapping[str, Any], dtype: str) -> list[tuple[int, int]]:
     """The tile shapes the machine's library has for ``dtype``: the schedule's
     ``tile_shapes`` (a list, or a table by dtype with an optional ``default``), else the
     one ``tile_m x tile_n``."""
-    shapes = p.get("tile_shapes")
-    if isinstance(shapes, Mapping):
-        shapes = shapes.get(dtype, shapes.get("default"))
+    shapes = for_dtype(p.get("tile_shapes"), dtype)
     if not shapes:
         return [(int(p["tile_m"]), int(p["tile_n"]))]
     return [(int(a), int(b)) for a, b in shapes]
