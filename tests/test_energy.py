@@ -228,7 +228,8 @@ def test_the_h200s_figures_reproduce_its_measured_roofline_sweep() -> None:
     assert h200.provenance["energy.vector.fp64"].status == "measured"
 
 
-@pytest.mark.parametrize(("machine", "dims"), [("h200", "2048,2048,13312"), ("b200", "1792,16128,3072")])
+@pytest.mark.parametrize(("machine", "dims"), [("h200", "2048,2048,13312"), ("b200", "1792,16128,3072"),
+                                              ("a100-sxm", "8192,8192,8192")])
 def test_the_tensor_cores_figure_holds_the_rating_at_the_power_saturated_rate(machine: str, dims: str) -> None:
     """Bekman's MSMF is the product rate at the power-saturated clock, so the board draws its
     rated power there. The MAMF search's best shape, priced by the profile (static power, its
