@@ -40,13 +40,16 @@ from .vocabulary import (
     FUSIONS,
     GENERATE,
     GRADIENT_DTYPES,
+    HELD,
     KV_DTYPES,
     MAX_WEIGHT_GROUP,
     OPTIMIZERS,
     PHASES,
+    POWER_STATES,
     PRODUCT_OUT_DTYPES,
     SERVING_PHASES,
     TIMINGS,
+    TRAIN,
     TRAINING_DTYPES,
     UPDATES,
     WEIGHT_DTYPES,
@@ -67,7 +70,7 @@ NETWORK = "network"
 GEMM = "gemm"
 WORKLOADS = (NETWORK, GEMM)
 
-TRAIN_ONLY = ("train",)
+TRAIN_ONLY = (TRAIN,)
 NOT_SERVING = tuple(p for p in PHASES if p not in SERVING_PHASES)
 INFERENCE = tuple(p for p in PHASES if p != "train")
 ONE_STEP_SERVING = tuple(p for p in SERVING_PHASES if p != GENERATE)  # a generate request's contexts are its own
@@ -206,6 +209,12 @@ OPTIONS: tuple[Option, ...] = (
     _option("timing", str, "how the step is timed: device (the device's stream, step after step) or host (a "
             "host timer around one step: its launch and a synchronisation round trip added)", TIMING,
             default="device", choices=TIMINGS, workloads=(NETWORK, GEMM)),
+    _option("power", str, "the device's power over the run: burst (short enough to stay at the boost clock: its "
+            "products at [compute.achievable]) or held (long enough to hold the device at its power limit, a "
+            "training run or a benchmark loop of seconds: its products at [compute.sustained] and its arithmetic "
+            "slowed until the device draws its rating; docs/timing.md, 'The power limit')", TIMING,
+            choices=POWER_STATES, workloads=(NETWORK, GEMM),
+            default_doc="held for training a network, burst otherwise"),
     _option("accumulate", int, "micro-batches of 'batch' per optimizer step (gradient accumulation)", STEP,
             default=1, minimum=1, phases=TRAIN_ONLY, metavar="K"),
     _option("fusion", str, "kernel fusion: none, epilogue (bias and activation in the product), full (also "
@@ -304,6 +313,8 @@ class _CaseMethods:
     machine: str
     network: str | None
     gemm: tuple[int, int, int] | None
+    phase: str
+    power: str | None
 
     def __post_init__(self) -> None:
         self.parallel  # noqa: B018 - refuses bad device counts before any work
@@ -315,6 +326,16 @@ class _CaseMethods:
     @property
     def workload(self) -> str:
         return workload_of(self.network, self.gemm)
+
+    @property
+    def held(self) -> bool:
+        """Whether the run holds its device at its power limit: as ``power`` says, else a
+        network's training run (hours at the limit), not a single product or an inference
+        step (a benchmark's or a server's burst)."""
+        power = self.power
+        if power is not None:
+            return power == HELD
+        return self.phase == TRAIN and self.gemm is None
 
     def given(self) -> dict[str, Any]:
         """The options not at their default, in declared order: what a person said."""

@@ -69,6 +69,11 @@ DISPATCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 # How a step is timed: on the device's stream (step after step), or by a host timer around
 # one step (its first launch and a synchronisation round trip included).
 TIMINGS: tuple[str, ...] = ("device", "host")
+# The device's power over a run (docs/timing.md, "The power limit"): a burst short enough to
+# stay at the boost clock, or a run held at the power limit (a training run; a benchmark loop
+# of seconds of back-to-back calls).
+BURST, HELD = "burst", "held"
+POWER_STATES: tuple[str, ...] = (BURST, HELD)
 # Kernel fusion: none; epilogue (bias and activation folded into the product that makes
 # their input, as cuBLASLt epilogues do); full (also dropout + residual + norm in one
 # kernel and the optimizer as one multi-tensor kernel per layer: Megatron-LM, apex).
