@@ -242,6 +242,30 @@ def test_megatron_2021_waits_for_its_gradients_and_megatron_core_hides_them():
     assert old["seconds"] > new["seconds"]
 
 
+def test_a_case_says_how_its_gradients_are_reduced_over_its_frameworks_default():
+    """--grad-reduce: Megatron-LM 2021 run with PyTorch DDP (the paper's reproduction script
+    for its smaller models) reduces in buckets during the backward, hiding what the
+    backward outlasts; the framework's own after-backward reduction hides nothing."""
+    case = dict(machine="a100-sxm", network="gpt2-small", batch=1, seq_len=256, accumulate=2, dp=8,
+                framework="megatron")
+    after = run_case(Case(**case))
+    overlapped = run_case(Case(**case, grad_reduce="overlapped"))
+    assert run_case(Case(**case, grad_reduce="after-backward"))["seconds"] == after["seconds"]
+    exposed = {r: sum(c["exposed"] for c in x["communication"] if "gradient" in c["name"])
+               for r, x in (("after", after), ("overlapped", overlapped))}
+    assert exposed["overlapped"] < exposed["after"]
+    assert overlapped["seconds"] < after["seconds"]
+    assert overlapped["kernels"] == after["kernels"]  # a timing option: the same step
+
+
+def test_grad_reduce_is_refused_where_nothing_is_reduced_and_names_its_choices(capsys):
+    assert main(["inspect", "--machine", "a100-sxm", "--network", "gpt2-small", "--phase", "decode", "--context",
+                 "64", "--grad-reduce", "overlapped"]) == 2
+    assert "--grad-reduce" in capsys.readouterr().err
+    assert main(["inspect", "--machine", "a100-sxm", "--network", "gpt2-small", "--grad-reduce", "sometimes"]) == 2
+    assert "must be one of overlapped, after-backward, got 'sometimes'" in capsys.readouterr().err
+
+
 def test_updated_weights_gathered_behind_the_next_forward_hide_all_but_what_outlasts_it():
     """ZeRO 1-2's all-gather of the updated weights: waited for whole after the update by
     default; Megatron-Core's overlap_param_gather issues it in buckets that the next step's

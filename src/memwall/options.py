@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any
 
 from .errors import InputError
-from .frameworks import framework_ids
+from .frameworks import GRADIENT_REDUCTIONS, framework_ids
 from .schema import Field
 from .vocabulary import (
     ATTENTIONS,
@@ -215,6 +215,11 @@ OPTIONS: tuple[Option, ...] = (
             "slowed until the device draws its rating; docs/timing.md, 'The power limit')", TIMING,
             choices=POWER_STATES, workloads=(NETWORK, GEMM),
             default_doc="held for training a network, burst otherwise"),
+    _option("grad_reduce", str, "when the data-parallel gradient reduction runs: overlapped (in buckets as the "
+            "backward makes them, PyTorch DDP's and Megatron-Core's overlap_grad_reduce) or after-backward (the "
+            "whole buffer once the step's backward is done, Megatron-LM's local DDP of 2021)", TIMING,
+            choices=GRADIENT_REDUCTIONS, phases=TRAIN_ONLY,
+            default_doc="the framework's [collectives] gradients, else overlapped"),
     _option("accumulate", int, "micro-batches of 'batch' per optimizer step (gradient accumulation)", STEP,
             default=1, minimum=1, phases=TRAIN_ONLY, metavar="K"),
     _option("fusion", str, "kernel fusion: none, epilogue (bias and activation in the product), full (also "

@@ -110,13 +110,16 @@ def _dequant_instructions(kernel: Any, framework: Framework | None) -> float:
 
 def stack_of(case: Any, machine: Machine) -> dict[str, Any]:
     """The software stack a case's step is timed with: its framework (the case's, else the
-    machine's default, else hand-written) and how the step is timed, as :func:`simulate_step`
-    takes them. A single GEMM is a benchmark loop's call: never synchronised on its own."""
+    machine's default, else hand-written; its gradient reduction as the case's ``grad_reduce``
+    says, where it says) and how the step is timed, as :func:`simulate_step` takes them. A
+    single GEMM is a benchmark loop's call: never synchronised on its own."""
     framework = framework_for(case.framework, machine.framework)
     if case.gemm is not None and framework.synchronizes:
         # a single product is timed as a benchmark loop times it: the device's stream, call
         # after call, with no synchronisation per call (--timing host adds one)
         framework = replace(framework, synchronizes=False)
+    if case.grad_reduce is not None:  # the case says how its data-parallel gradients are reduced
+        framework = replace(framework, gradients=case.grad_reduce)
     return {"framework": framework, "timing": case.timing}
 
 
