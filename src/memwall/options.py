@@ -337,9 +337,8 @@ class _CaseMethods:
         """Whether the run holds its device at its power limit: as ``power`` says, else a
         network's training run (hours at the limit), not a single product or an inference
         step (a benchmark's or a server's burst)."""
-        power = self.power
-        if power is not None:
-            return power == HELD
+        if self.power is not None:
+            return self.power == HELD
         return self.phase == TRAIN and self.gemm is None
 
     def given(self) -> dict[str, Any]:

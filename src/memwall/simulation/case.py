@@ -22,7 +22,7 @@ from .devices import run_parallel
 from .generate import run_generate
 from .intervals import with_interval
 from .plan import Prepared, check_cost, plan_replay
-from .power import dynamic_joules_of, held_seconds, power_held
+from .power import at_power_limit, dynamic_joules_of
 from .replay import ReplayCache, _ticker, replay_key, replay_step
 from .result import Result, build_result
 from .step import build_case_step
@@ -98,12 +98,6 @@ def _run(case: Case, *, machine: Machine | None, exact: bool, max_lookups: int |
         return accumulated(simulate_step(on, step, plan=plan, dispatch=case.dispatch, counters=counters,
                                          **stack_of(case, on)), k)
 
-    def joules_on(on: Machine) -> float:  # the counts priced at another machine's energy figures
-        return dynamic_joules_of(replace(burst, machine=on))
-
-    timing = burst = timed(machine)
-    held = power_held(machine, lambda on: timed(on).seconds, joules_on, burst.seconds)
-    if held is not machine:
-        timing = timed(held)
-    retime = held_seconds(lambda on: timed(on).seconds, joules_on)
+    timing, retime = at_power_limit(machine, timed, lambda t: t.seconds,
+                                    lambda burst, on: dynamic_joules_of(replace(burst, machine=on)))
     return build_result(case, step, timing, fallback, retime)

@@ -16,10 +16,10 @@ from ..errors import InputError
 from ..interconnect import bubble_fraction
 from ..options import Case
 from ..profiles import Machine
-from ..timing import StepTiming, sharded_update, time_pipeline, time_stage
+from ..timing import StageTimes, StepTiming, sharded_update, time_pipeline, time_stage
 from ..workloads.parallel import Parallel, communication, device_steps, shard_ledger, shard_summary
 from .plan import check_cost, plan_stages
-from .power import dynamic_joules_of, held_seconds, power_held
+from .power import at_power_limit, dynamic_joules_of
 from .replay import _ticker, replay_by_shape, replay_plans
 from .result import Devices, Groups, Ledger, Result, build_groups, capacity_warning, finished, serving_figures
 from .step import case_config, case_network
@@ -98,19 +98,16 @@ def run_parallel(case: Case, machine: Machine, *, exact: bool = False, max_looku
         return [time_stage(on.interconnect, sharded_update(t, share), comm, k)
                 for t, comm in zip(device_steps_on(on), comms, strict=True)]
 
-    def seconds_on(on: Machine) -> float:
-        return time_pipeline(stages(on), par.pp, k, par.interleave)[1].seconds
+    def pipeline(on: Machine) -> tuple[list[StageTimes], int, StepTiming]:
+        """The stages timed on ``on``, the slowest stage's index and the device step it sets."""
+        times = stages(on)
+        return (times, *time_pipeline(times, par.pp, k, par.interleave))
 
-    def joules_on(on: Machine) -> float:  # the busiest device sets the clock: a synchronous step waits for it
-        return max(dynamic_joules_of(replace(t.timing, machine=on), t.comms) for t in burst)
+    def joules_of(burst: tuple[list[StageTimes], int, StepTiming], on: Machine) -> float:
+        # the busiest device sets the clock: a synchronous step waits for it
+        return max(dynamic_joules_of(replace(t.timing, machine=on), t.comms) for t in burst[0])
 
-    times = burst = stages(machine)
-    b, device = time_pipeline(times, par.pp, k, par.interleave)
-    held = power_held(machine, seconds_on, joules_on, device.seconds)
-    if held is not machine:
-        times = stages(held)
-        b, device = time_pipeline(times, par.pp, k, par.interleave)
-    retime = held_seconds(seconds_on, joules_on)
+    (times, b, device), retime = at_power_limit(machine, pipeline, lambda p: p[2].seconds, joules_of)
     step = steps[b][1]
     groups = _whole_step(build_groups(case, step, device, fallback, retime), par, steps, times, b, device,
                          network.connections)

@@ -1,8 +1,9 @@
 """The power limit: the clock a step that would draw more than its device's rating runs at.
 
-Owns :func:`power_held` (the machine a power-held step is timed on), :func:`held_seconds`
-(a step's seconds under the limit on any machine, for the sensitivity) and what the limit
-weighs (:func:`dynamic_joules_of`). A run that keeps a device busy for longer than its
+Owns :func:`at_power_limit` (a step timed as its device's limit allows, with the retimer
+the sensitivity uses), built on :func:`power_held` (the machine a power-held step is timed
+on) and :func:`held_seconds` (a step's seconds under the limit on any machine), and what
+the limit weighs (:func:`dynamic_joules_of`). A run that keeps a device busy for longer than its
 power controller's window (a training step: ``Machine.power_saturated``) cannot average
 more than the rated power: where it would at the burst rates, the controller lowers the
 SM clock until it does not. Every operation costs the energy its profile states whatever
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..energy import HOST, device_joules
 from ..profiles import Machine
@@ -33,6 +34,29 @@ ITERATIONS = 200
 # burst rates is not one its arithmetic paces (its time is in cycles, or it has none), and
 # no clock the controller picks holds it.
 SLOWEST = 1e-3
+
+
+T = TypeVar("T")
+
+
+def at_power_limit(machine: Machine, timed: Callable[[Machine], T], seconds_of: Callable[[T], float],
+                   joules_of: Callable[[T, Machine], float]) -> tuple[T, Callable[[Machine], float]]:
+    """A step timed on ``machine`` as its power limit allows, and its seconds on any other
+    machine (the sensitivity's retimer, :func:`held_seconds`). ``timed(on)`` times the step's
+    counts on a machine (one device's step, or a pipeline of stages), ``seconds_of`` reads
+    its seconds, and ``joules_of(burst, on)`` prices the step timed at the burst rates at
+    another machine's energy figures (the busiest device's, on several). The step is timed
+    again at the held clock only where :func:`power_held` lowers it."""
+    burst = timed(machine)
+
+    def seconds_on(on: Machine) -> float:
+        return seconds_of(timed(on))
+
+    def joules_on(on: Machine) -> float:
+        return joules_of(burst, on)
+
+    held = power_held(machine, seconds_on, joules_on, seconds_of(burst))
+    return (burst if held is machine else timed(held)), held_seconds(seconds_on, joules_on)
 
 
 def _limited(machine: Machine) -> bool:
