@@ -220,6 +220,23 @@ def test_rows_say_whether_the_weights_fit_on_chip():
     assert [r["weights_on_chip"] for r in rows] == [True, False, False]
 
 
+def test_a_sweep_over_power_gives_rows_that_say_which_they_are(tmp_path):
+    """--power burst,held: two rows of one case, each naming its power state (the default
+    resolved: a training step is held) and the held one no faster."""
+    from memwall.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", "--out", str(out), "--no-progress", "--no-figures", "--machines", "a100-sxm",
+                 "--networks", "gpt2-small", "--batches", "8", "--power", "burst,held", "--grad-reduce",
+                 "overlapped"]) == 0
+    rows = {r["power"]: r for r in read_rows(out)}
+    assert set(rows) == {"burst", "held"}
+    assert rows["held"]["seconds"] >= rows["burst"]["seconds"]
+    assert {r["grad_reduce"] for r in rows.values()} == {"overlapped"}
+    default = make_row(Case("a100-sxm", "gpt2-small"), None, "not run")
+    assert default["power"] == "held" and default["grad_reduce"] is None
+
+
 def test_records_round_trip_compact_nan_and_the_indented_form_of_earlier_versions(tmp_path):
     from memwall.execute import store as st
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model_version import MODEL_VERSION
 from ..study.identity import machine_info, network_info
+from ..vocabulary import BURST, HELD
 from .columns import TYPES, Column
 from .intervals import row_interval
 from .result import SERVING_COLUMNS, SERVING_EVERY_ROW
@@ -73,6 +74,10 @@ ROW: tuple[Column, ...] = (
     Column("framework", "text", "", "framework", "the framework or runtime the step ran with (hand-written: the "
            "kernels alone)"),
     Column("timing", "text", "", "timing", "device (the device's stream) or host (a host timer around the step)"),
+    Column("power", "text", "", "power", "burst (the boost clock's product ceilings) or held (at the power limit: "
+           "[compute.sustained] and the rating; --power, default held for training)"),
+    Column("grad_reduce", "text", "", "grad reduce", "training: when the data-parallel gradients are reduced, as "
+           "asked (null: the framework's own)"),
     Column("framework_fraction", "number", "", "framework share", "the framework's own exposed time (host work the "
            "device waits for, and the step's synchronisation) / step time"),
     Column("accumulate", "int", "", "accumulate", "micro-batches per optimizer step"),
@@ -185,7 +190,7 @@ def make_row(case: Case, result: Mapping[str, Any] | None, error: str | None) ->
         "checkpoint": case.checkpoint, "updates": case.updates, "phase": case.phase,
         "optimizer": case.optimizer, "dtype": case.dtype, "seq_len": seq,
         "accumulate": case.accumulate, "fusion": case.fusion, "attention": case.attention,
-        "update_fusion": case.update_fusion,
+        "update_fusion": case.update_fusion, "power": HELD if case.held else BURST, "grad_reduce": case.grad_reduce,
         "status": "error" if error else "ok", "error": error, "dispatch": case.dispatch,
     }
     if case.parallel.devices > 1:  # multi-device rows only, so other tables keep their columns
@@ -271,4 +276,5 @@ def row_order(row: Mapping[str, Any]) -> tuple:
             s(row["optimizer"]), s(row["dtype"]), row.get("seq_len") or 0, row["batch"],
             row.get("accumulate") or 1, s(row.get("fusion")),
             tuple(row.get(k) or (0 if k == "zero" else 1) for k in ("dp", "tp", "pp", "ep", "zero")),
-            (row.get("cp") or 1, s(row.get("cp_kind")), bool(row.get("sequence_parallel")), row.get("interleave") or 1))
+            (row.get("cp") or 1, s(row.get("cp_kind")), bool(row.get("sequence_parallel")), row.get("interleave") or 1),
+            s(row.get("power")), s(row.get("grad_reduce")))
