@@ -233,9 +233,9 @@ COMPUTE_SUSTAINED = _rates_table(
     "[compute.sustained]", "the {dtype} rate a matrix product holds at the power-saturated clock",
     "Measured ceilings of the matrix products once the chip has settled at its power limit: the best "
     "rate of a shape search after a thermal soak, such as Bekman's maximum sustainable matmul FLOPS "
-    "(MSMF), where [compute.achievable] is the boost-clock burst (MAMF). A training step keeps the "
-    "device at that limit for the whole run, so its products run at min(peak, achievable, sustained); "
-    "every other step at min(peak, achievable). Each figure at most its dtype's achievable ceiling, "
+    "(MSMF), where [compute.achievable] is the boost-clock burst (MAMF). A held run (a training step, "
+    "or any run with --power held) keeps the device at that limit, so its products run at min(peak, "
+    "achievable, sustained); a burst at min(peak, achievable). Each figure at most its dtype's achievable ceiling, "
     "else its peak.")
 
 COMPUTE = Table("[compute]", (

@@ -80,7 +80,7 @@ class Rates:
     achieved_flops: float
     peak_flops: float
     achievable_flops: float  # the products' ceiling, their time's rate: [compute.achievable], and in a
-    #                          training step [compute.sustained] where lower, x power_scale (docs/timing.md)
+    #                          held run (Case.held) [compute.sustained] where lower, x power_scale (docs/timing.md)
     power_scale: float  # the share of their burst rates the arithmetic ran at: below 1 where the step
     #                     would draw more than the rated power at them (memwall.simulation.power)
     cups: float

@@ -68,7 +68,8 @@ ROW: tuple[Column, ...] = (
     Column("bound_class", "text", "", "bound class", "what binds: compute, memory, dispatch, framework, startup, interconnect, "
            "power, or mixed where that contradicts memory_ratio"),
     Column("power_scale", "number", "", "power scale", "the share of their burst rates the arithmetic ran at: below 1 "
-           "where a training step would draw more than the rated power at them (docs/timing.md)"),
+           "where a held run (--power; a training step by default) would draw more than the rated power at them "
+           "(docs/timing.md)"),
     Column("memory_ratio", "number", "", "mem/arith", "memory time / arithmetic time (1 is the flip)"),
     Column("dispatch_fraction", "number", "", "dispatch share", "dispatch time / step time"),
     Column("framework", "text", "", "framework", "the framework or runtime the step ran with (hand-written: the "
