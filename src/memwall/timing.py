@@ -604,7 +604,7 @@ def tile_l2_cost(machine: Machine, dtype: str) -> Any:
     multicast = for_dtype(params.get("multicast"), dtype, 1)
     rated = rate_dtype(machine, dtype)  # the burst ceiling (_burst_rate's, the sustained cap aside)
     rate = min(machine.peak_flops[rated], machine.achievable_flops.get(rated, machine.peak_flops[rated]))
-    return L2Cost(rate / first.bandwidth, DTYPE_BITS.get(dtype, 16) / 8, int(multicast))
+    return L2Cost(rate / first.bandwidth, _element_bytes(dtype), int(multicast))
 
 
 def _charges_l2(work: KernelWork, traffic: KernelTraffic) -> bool:
@@ -648,7 +648,13 @@ def _product_batch(work: KernelWork) -> int:
 def _output_bytes(work: KernelWork) -> float:
     """Bytes of a product's output at its dtype's width: batch x M x N = F / (2 K) elements."""
     assert work.dims is not None
-    return work.flops / (2 * work.dims[2]) * DTYPE_BITS.get(work.dtype, 16) / 8
+    return work.flops / (2 * work.dims[2]) * _element_bytes(work.dtype)
+
+
+def _element_bytes(dtype: str) -> float:
+    """Bytes an element of a product's ``dtype`` takes (a block format's elements alone;
+    16-bit for a type without a stated width)."""
+    return DTYPE_BITS.get(dtype, 16) / 8
 
 
 def _capped_seconds(moved: float, bandwidth: float, in_flight: float, latency: float, busy: int, units: int,

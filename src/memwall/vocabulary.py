@@ -82,6 +82,9 @@ FUSIONS: tuple[str, ...] = ("none", "epilogue", "full")
 # one fused kernel that keeps them on chip and recomputes them (FlashAttention).
 ATTENTIONS: tuple[str, ...] = ("materialized", "flash")
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+# The types of two bytes or more: the ones a step's products run in whatever its case asks
+# (a narrow step keeps its attention and its gradients' products there).
+WIDE_DTYPES: tuple[str, ...] = tuple(d for d, b in DTYPE_BYTES.items() if b >= 2)
 # Every arithmetic type a case may name (a single GEMM any of them; a network's step checks
 # its phase's own set: TRAINING_DTYPES, INFERENCE_DTYPES).
 DTYPES: tuple[str, ...] = (*DTYPE_BYTES, *BLOCK_FORMATS)

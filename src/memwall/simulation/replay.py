@@ -25,7 +25,7 @@ from ..options import DEVICES, STEP, Case
 from ..profiles import Machine
 from ..streams import LoopNest
 from ..timing import tile_l2_cost
-from ..vocabulary import DTYPES
+from ..vocabulary import DTYPES, WIDE_DTYPES
 from ..workloads.lowering import Lowered
 from .plan import CHUNK_LOOKUPS, ReplayPlan
 from .reuse import replay_stages, reusable
@@ -328,12 +328,6 @@ def _run(hierarchy: Hierarchy, nest: LoopNest, line: int, progress: Callable[[in
         hierarchy.flush()
 
 
-# The dtypes a step's products run in whatever its case asks: the wide ones (a narrow
-# step keeps its attention and its gradients' products there). A narrow dtype (fp8, int8,
-# the block formats) is added where the case asks for it.
-WIDE_PRODUCT_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16")
-
-
 def engine_fields(machine: Machine, dtypes: Iterable[str] = DTYPES) -> dict[str, Any]:
     """The parts of a profile that reach the engine: each simulated level's geometry
     and policies, the schedule that lowers kernels to streams, and the tile each product
@@ -362,8 +356,8 @@ def case_engine_fields(machine: Machine, case: Case) -> dict[str, Any]:
     """:func:`engine_fields` for the dtypes ``case``'s products run in: the wide ones and
     the one it asks for, so that an H200 beside an H100 shares a bf16 step's replay though
     their fp8 ceilings differ."""
-    narrow = (case.dtype,) if case.dtype and case.dtype not in WIDE_PRODUCT_DTYPES else ()
-    return engine_fields(machine, WIDE_PRODUCT_DTYPES + narrow)
+    narrow = (case.dtype,) if case.dtype and case.dtype not in WIDE_DTYPES else ()  # fp8, int8, a block format
+    return engine_fields(machine, WIDE_DTYPES + narrow)
 
 
 def replay_key(machine: Machine, case: Case, *, exact: bool = False) -> str:
