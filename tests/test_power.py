@@ -111,3 +111,26 @@ def test_the_scale_solves_the_closed_form_on_its_own() -> None:
     free = replace(m, power_saturated=False)
     assert power_held(free, seconds_on, lambda _: joules, seconds_on(free)).power_scale == 1.0
 
+
+
+def test_a_held_request_blends_its_steps_clocks_and_says_it_is_power_bound() -> None:
+    """A whole request (--phase generate) held at its rating: its verdict names the rating and
+    the request's power scale, each step's clock weighted by its arithmetic time."""
+    h100 = hungry(load_machine("h100-sxm"))
+    case = Case(machine=h100.id, network="gpt2-small", batch=8, phase="generate", prompt=256, output=3,
+                power="held")
+    request = run_case(case, machine=h100)
+    assert request["bound_class"] == "power"
+    assert request["verdict"].startswith("power-bound (energy.tdp")
+    assert f"held at the rated {h100.energy.tdp:.4g} W" in request["verdict"]
+    def step(phase: str, context: int):
+        return run_case(replace(case, phase=phase, context=context, prompt=None, output=None), machine=h100)
+
+    serving = request["serving"]
+    parts = [(1.0, step("prefill", 256)),
+             *[(w, step("decode", c)) for c, w in zip(serving["decode_contexts"], serving["decode_weights"], strict=True)]]
+    compute = [(w, r["time_by_component"]["compute"], r["power_scale"]) for w, r in parts]
+    blend = sum(w * t * s for w, t, s in compute) / sum(w * t for w, t, _ in compute)
+    assert parts[0][1]["power_scale"] < 1
+    assert request["power_scale"] == pytest.approx(blend, rel=1e-12)
+    assert f"{request['power_scale']:.3g} of its burst rates" in request["verdict"]

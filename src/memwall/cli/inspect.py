@@ -310,9 +310,14 @@ def render(result: dict) -> str:
     lines.append(_energy_line(result))
     if result.get("power_scale", 1.0) < 1.0:
         e = result.get("energy") or {}
-        lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the step would draw "
-                     f"more, so the arithmetic runs at {result['power_scale']:.3g} of them (the clock the limit "
-                     f"allows; docs/timing.md)")
+        if result["phase"] == "generate":  # each held step at its own clock: the request's share is their blend
+            lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the request's "
+                         f"steps would draw more, so its arithmetic runs at {result['power_scale']:.3g} of them "
+                         f"over the request (each step at the clock the limit allows it; docs/timing.md)")
+        else:
+            lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the step would "
+                         f"draw more, so the arithmetic runs at {result['power_scale']:.3g} of them (the clock the "
+                         f"limit allows; docs/timing.md)")
     lines.append(f"verdict: {result['verdict']}")
     return printable("\n".join(lines))  # names from files and the command line reach a terminal
 

@@ -216,12 +216,24 @@ def _breakdown(parts: Sequence[tuple[float, Any]]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Totals:
     """The request's totals in the shape :func:`memwall.simulation.verdict.verdict` reads a
-    step's timing: seconds, seconds by component, memory ratio and the dispatch streams."""
+    step's timing: seconds, seconds by component, memory ratio, the dispatch streams, and
+    the machine at the request's power scale (:func:`_power_scale`)."""
 
     seconds: float
     time_by_component: dict[str, float]
     memory_ratio: float | None
     dispatch: DispatchTimes | None
+    machine: Machine
+
+
+def _power_scale(parts: Sequence[tuple[float, Any]]) -> float:
+    """The share of their burst rates the request's arithmetic ran at: its arithmetic time at
+    the burst rates over its time as run, sum w.s.t_c / sum w.t_c, each part's scale s
+    weighted by its arithmetic time t_c (a held step's arithmetic takes 1/s of its burst
+    time); 1 for a request without arithmetic."""
+    compute = lambda r: r["time_by_component"].get("compute", 0.0)  # noqa: E731
+    held = _sum(parts, compute)
+    return _sum(parts, lambda r: r["power_scale"] * compute(r)) / held if held > 0 else 1.0
 
 
 def _dispatch(parts: Sequence[tuple[float, Any]]) -> tuple[dict[str, Any], DispatchTimes | None]:
@@ -237,7 +249,8 @@ def _dispatch(parts: Sequence[tuple[float, Any]]) -> tuple[dict[str, Any], Dispa
     return out, DispatchTimes(mode["mode"], host, device, launches, bool(mode["synchronous"]))
 
 
-def _time(parts: Sequence[tuple[float, Any]], seconds: float, prefill_seconds: float, steps: int) -> Time:
+def _time(parts: Sequence[tuple[float, Any]], seconds: float, prefill_seconds: float, steps: int,
+          machine: Machine) -> Time:
     """The request's time: sums, the elasticities weighted by each part's share of the
     request (d ln T / d ln x = sum w.t_i.e_i / T, exact for a sum), and the binding read
     from them."""
@@ -248,7 +261,8 @@ def _time(parts: Sequence[tuple[float, Any]], seconds: float, prefill_seconds: f
         parts, lambda r: {f: e * r["seconds"] for f, e in r["sensitivity"].items()}).items()} if seconds > 0 else {}
     dispatch, streams = _dispatch(parts)
     binds = binding(elasticities, ratio, fallback=bound_class(largest(by_component)))
-    said = verdict(_Totals(seconds, by_component, ratio, streams), binds, elasticities)  # type: ignore[arg-type]
+    totals = _Totals(seconds, by_component, ratio, streams, replace(machine, power_scale=_power_scale(parts)))
+    said = verdict(totals, binds, elasticities)  # type: ignore[arg-type]
     share = prefill_seconds / seconds if seconds > 0 else 0.0
     said += (f" (the whole request: the prefill {share:.0%} of it, {steps} decode step{'s' if steps != 1 else ''} "
              f"{1 - share:.0%})")
@@ -273,7 +287,7 @@ def _rates(parts: Sequence[tuple[float, Any]], seconds: float, examples: int, to
            "tokens_per_second": tokens / seconds if seconds > 0 else 0.0}
     return Rates(flops=_sum(parts, lambda r: r["flops"]), fraction_of_peak=achieved / last.peak_flops,
                  achieved_flops=achieved, peak_flops=last.peak_flops, achievable_flops=last.achievable_flops,
-                 power_scale=last.power_scale,
+                 power_scale=_power_scale(parts),
                  cups=0.0, cps=0.0, model_flops=_sum(parts, lambda r: r["model_flops"]), mfu=rate("mfu"),
                  hfu=rate("hfu"), micro_batch=per,
                  optimizer_step={**per, "optimizer_seconds": 0.0, "optimizer_share": 0.0})
@@ -411,7 +425,7 @@ def combine(case: Case, request: Request, prefill: Result, decodes: Sequence[Res
     last = parts[-1][1].groups
     groups = Groups(
         identity=replace(last.identity, phase=GENERATE),
-        time=_time(parts, seconds, ttft, request.output - 1),
+        time=_time(parts, seconds, ttft, request.output - 1, machine),
         rates=_rates(parts, seconds, case.batch, case.batch * request.output),
         training=last.training,
         bytes=_sum_dicts(parts, lambda r: r["bytes"]),
