@@ -252,13 +252,19 @@ def _burst_rate(machine: Machine, dtype: str, op: str, *, achievable: bool) -> f
             if machine.peak_flops.get(d):
                 return machine.peak_flops[d]
     rated = rate_dtype(machine, dtype)
-    peak = machine.peak_flops[rated]
     if not achievable or op not in MATRIX_OPS:
-        return peak
-    rate = min(peak, machine.achievable_flops.get(rated, peak))
+        return machine.peak_flops[rated]
+    rate = _product_ceiling(machine, rated)
     if machine.power_saturated and rated in machine.sustained_flops:
         rate = min(rate, machine.sustained_flops[rated])
     return rate
+
+
+def _product_ceiling(machine: Machine, rated: str) -> float:
+    """A product's burst ceiling in the ``[compute]`` dtype ``rated``: its peak, or its
+    measured ceiling ([compute.achievable]) where lower."""
+    peak = machine.peak_flops[rated]
+    return min(peak, machine.achievable_flops.get(rated, peak))
 
 
 def instruction_rate(machine: Machine) -> float:
@@ -602,15 +608,8 @@ def tile_l2_cost(machine: Machine, dtype: str) -> Any:
     if not first.bandwidth:
         return None
     multicast = for_dtype(params.get("multicast"), dtype, 1)
-    rated = rate_dtype(machine, dtype)  # the burst ceiling (_burst_rate's, the sustained cap aside)
-    rate = min(machine.peak_flops[rated], machine.achievable_flops.get(rated, machine.peak_flops[rated]))
+    rate = _product_ceiling(machine, rate_dtype(machine, dtype))  # the burst ceiling, whatever the power state
     return L2Cost(rate / first.bandwidth, _element_bytes(dtype), int(multicast))
-
-
-def _charges_l2(work: KernelWork, traffic: KernelTraffic) -> bool:
-    """A product of more than one row and column whose first traffic level is a cache."""
-    return (work.op == "gemm" and work.dims is not None and min(work.dims[0], work.dims[1]) > 1
-            and bool(traffic.levels) and traffic.levels[0].name != MEMORY)
 
 
 def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) -> KernelTraffic:
@@ -621,12 +620,17 @@ def served_by_tiles(machine: Machine, work: KernelWork, traffic: KernelTraffic) 
     memory, so the L2 serves their sum (:meth:`memwall.workloads.lowering.Tiling.l2_reads`)
     and the product's output (docs/timing.md, "The L2 serves every tile"). Unchanged where
     the L2 charges nothing (:func:`tile_l2_cost`) or the engine counted more."""
-    if not _charges_l2(work, traffic):
-        return traffic
-    l2 = tile_l2_cost(machine, work.dtype)
+    if not traffic.levels or traffic.levels[0].name == MEMORY:
+        return traffic  # no cache between the tiles and main memory
+    from .workloads.lowering import (  # lazy: lowering imports profiles
+        params_of,
+        product_tiling,
+        tiles_read_from_l2,
+    )
+
+    l2 = tile_l2_cost(machine, work.dtype) if tiles_read_from_l2(work.op, work.dims) else None
     if l2 is None:
         return traffic
-    from .workloads.lowering import params_of, product_tiling  # lazy: lowering imports profiles
 
     assert work.dims is not None
     batch = _product_batch(work)

@@ -310,14 +310,12 @@ def render(result: dict) -> str:
     lines.append(_energy_line(result))
     if result.get("power_scale", 1.0) < 1.0:
         e = result.get("energy") or {}
-        if result["phase"] == "generate":  # each held step at its own clock: the request's share is their blend
-            lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the request's "
-                         f"steps would draw more, so its arithmetic runs at {result['power_scale']:.3g} of them "
-                         f"over the request (each step at the clock the limit allows it; docs/timing.md)")
-        else:
-            lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates the step would "
-                         f"draw more, so the arithmetic runs at {result['power_scale']:.3g} of them (the clock the "
-                         f"limit allows; docs/timing.md)")
+        # a request's steps each run at their own clock: its scale is their blend
+        who, over, clock = (("the request's steps", " over the request", "each step at the clock the limit allows it")
+                            if result["phase"] == "generate" else ("the step", "", "the clock the limit allows"))
+        lines.append(f"power: held at the rated {e.get('tdp', 0):.4g} W: at their burst rates {who} would draw "
+                     f"more, so the arithmetic runs at {result['power_scale']:.3g} of them{over} ({clock}; "
+                     f"docs/timing.md)")
     lines.append(f"verdict: {result['verdict']}")
     return printable("\n".join(lines))  # names from files and the command line reach a terminal
 

@@ -281,12 +281,17 @@ def _best_tiling(dims: tuple[int, int, int], batch: int, units: int, tk: int,
     return best[1]
 
 
+def tiles_read_from_l2(op: str, dims: tuple[int, int, int] | None) -> bool:
+    """Whether a kernel's product tiles each read their own operands from the L2 (the
+    charge of :meth:`Tiling.l2_reads`; ``timing.served_by_tiles`` asks the same): a product
+    of more than one row and column. A product of one row or column runs as a split-K dot
+    kernel, not in tiles."""
+    return op == "gemm" and dims is not None and min(dims[0], dims[1]) > 1
+
+
 def _l2_of(kernel: Kernel, p: Mapping[str, Any]) -> L2Cost | None:
-    """The L2's charge for this kernel's tiles (the timing's ``_charges_l2``): a product of
-    more than one row and column, on a machine whose lowering was given one."""
-    if kernel.op != "gemm" or kernel.dims is None or min(kernel.dims[0], kernel.dims[1]) <= 1:
-        return None
-    return p.get("l2_cost")
+    """The L2's charge for this kernel's tiles, on a machine whose lowering was given one."""
+    return p.get("l2_cost") if tiles_read_from_l2(kernel.op, kernel.dims) else None
 
 
 def _tiled_parallelism(kernel: Kernel, p: Mapping[str, Any]) -> int:
